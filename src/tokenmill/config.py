@@ -1,0 +1,74 @@
+"""Engine configuration: frozen dataclasses, one docstring per field.
+
+No I/O here. Resolving "auto" values against the machine and the model
+(device, dtype, max_model_len, number of KV blocks) happens in the engine's
+construction, which returns a resolved copy via ``dataclasses.replace``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+QUANTIZATIONS = (None, "int8")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None
+    """GGUF file, Hugging Face directory, or a dummy spec (``dummy:llama3-8b``,
+    ``dummy:/path/config.json``). None: the embedded SmolLM2-135M-Instruct."""
+    load_format: str = "auto"
+    """One of auto | gguf | hf | dummy; auto guesses from ``model``."""
+    tokenizer: str | None = None
+    """Tokenizer source when it differs from ``model`` (GGUF file or HF dir)."""
+    served_model_name: str | None = None
+    """Name reported by the API; defaults to the model's file or directory name."""
+    device: str = "auto"
+    """cpu | cuda | cuda:N | auto (cuda when available)."""
+    dtype: str = "auto"
+    """Activation/weight dtype: auto | float32 | bfloat16 | float16. auto picks
+    bfloat16 on CUDA, and on CPU float32 unless the CPU has native bf16 matmul
+    (AVX512-BF16 / AMX)."""
+    quantization: str | None = None
+    """None, or 'int8' for weight-only int8 linear layers (per-channel scales)."""
+    max_model_len: int | None = None
+    """Longest prompt + output in tokens; None: the model's context length capped
+    by the KV cache capacity."""
+    block_size: int = 16
+    """Tokens per KV cache block."""
+    num_kv_blocks: int | None = None
+    """KV blocks to allocate; None: derived from ``kv_cache_memory_gib``."""
+    kv_cache_memory_gib: float | None = None
+    """Memory for the KV cache; None: 1 GiB on CPU, 85% of free memory on CUDA."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks across requests sharing a prompt prefix."""
+    max_num_seqs: int = 128
+    """Most requests running in one step."""
+    max_num_batched_tokens: int = 1024
+    """Token budget of one step (prefill chunks + decodes)."""
+    max_waiting_requests: int | None = None
+    """Queue limit for admission (None: unbounded); the server answers 429 above it."""
+    seed: int = 0
+    """Seed for dummy weights and for requests that give no seed of their own."""
+    num_threads: int | None = None
+    """torch intra-op threads on CPU; None leaves torch's default."""
+
+    def __post_init__(self) -> None:
+        if self.load_format not in LOAD_FORMATS:
+            raise ValueError(f"load_format: must be one of {LOAD_FORMATS}, got {self.load_format!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: must be one of {DTYPES}, got {self.dtype!r}")
+        if self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization: must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        for name in ("max_model_len", "num_kv_blocks", "max_waiting_requests", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
+            raise ValueError(f"kv_cache_memory_gib: must be > 0, got {self.kv_cache_memory_gib}")

@@ -1,0 +1,68 @@
+"""The small typed interface every engine front (in-process or remote) offers.
+
+The server and the benchmark talk only to this protocol, so a worker process
+behind a router can implement it later without them changing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Protocol, runtime_checkable
+
+from tokenmill.errors import QueueFullError  # noqa: F401  (re-exported)
+from tokenmill.outputs import RequestOutput
+from tokenmill.sampling_params import SamplingParams
+
+
+@dataclass
+class EngineStats:
+    """A snapshot of the engine's gauges and counters (for /metrics)."""
+
+    num_running: int
+    num_waiting: int
+    kv_blocks_total: int
+    kv_blocks_used: int
+    prefix_cache_queries: int
+    """Prompt tokens looked up in the prefix cache (cumulative)."""
+    prefix_cache_hits: int
+    """Prompt tokens found there (cumulative)."""
+    num_preemptions: int
+    """Requests preempted (cumulative)."""
+    prompt_tokens: int
+    """Prompt tokens computed (cumulative, excluding prefix-cache hits)."""
+    generation_tokens: int
+    """Tokens generated (cumulative)."""
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_blocks_used / self.kv_blocks_total if self.kv_blocks_total else 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries else 0.0
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    """Submit a request, receive an async stream of its outputs, abort it."""
+
+    model_name: str
+    max_model_len: int
+
+    def generate(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        """Yield one RequestOutput delta per step until ``finished``.
+
+        Raises ``ValueError`` (naming the field) for a bad prompt or params,
+        and ``QueueFullError`` when the waiting queue is at its limit. Closing
+        the iterator early aborts the request and frees its KV blocks.
+        """
+        ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def stats(self) -> EngineStats: ...

@@ -1,0 +1,87 @@
+"""A request inside the engine: tokens so far and how many have KV computed.
+
+The scheduler's model (vLLM v1): each request is ``num_computed_tokens``
+catching up to ``num_tokens``. Prefill, chunked prefill, prefix-cache hits,
+decode and recompute after preemption are all the same rule.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from tokenmill.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"
+
+    @property
+    def finished(self) -> bool:
+        return self.name.startswith("FINISHED")
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    eos_token_ids: frozenset[int] = frozenset()
+    max_model_len: int = 1 << 30
+    generator: torch.Generator | None = None
+    arrival_time: float = field(default_factory=time.monotonic)
+
+    token_ids: list[int] = field(init=False)
+    """Prompt followed by output; appended to in place (never rebuilt per step)."""
+    num_computed_tokens: int = field(default=0, init=False)
+    """Tokens whose K/V sit in this request's blocks."""
+    num_cached_tokens: int = field(default=-1, init=False)
+    """Prompt tokens served from the prefix cache at first admission (-1: not yet admitted)."""
+    num_preemptions: int = field(default=0, init=False)
+    status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
+    stop_reason: str | int | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.token_ids = list(self.prompt_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - len(self.prompt_token_ids)
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[len(self.prompt_token_ids):]
+
+    def append_token(self, token_id: int) -> None:
+        self.token_ids.append(token_id)
+
+    def check_stop(self) -> RequestStatus | None:
+        """After appending a token: EOS, stop token ids, max_tokens, max_model_len."""
+        last = self.token_ids[-1]
+        p = self.params
+        if not p.ignore_eos and last in self.eos_token_ids:
+            self.stop_reason = last
+            return RequestStatus.FINISHED_STOPPED
+        if last in p.stop_token_ids:
+            self.stop_reason = last
+            return RequestStatus.FINISHED_STOPPED
+        if self.num_output_tokens >= p.max_tokens or self.num_tokens >= self.max_model_len:
+            return RequestStatus.FINISHED_LENGTH
+        return None

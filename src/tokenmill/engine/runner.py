@@ -1,0 +1,124 @@
+"""Turns a SchedulerOutput into model inputs, runs the forward pass and returns
+the logits of the requests that sample this step.
+
+Owns the KV cache tensors: per layer a (k, v) pair of [num_blocks * block_size,
+num_kv_heads, head_dim] slot arrays (slot = block * block_size + offset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tokenmill.engine.kv_cache_manager import KVCacheManager
+from tokenmill.engine.scheduler import ScheduledRequest, SchedulerOutput
+from tokenmill.kernels.attention import AttentionMetadata, PrefillChunk
+from tokenmill.model.llama import LlamaForCausalLM
+
+
+@dataclass
+class ModelInputs:
+    input_ids: torch.Tensor  # [T] long
+    positions: torch.Tensor  # [T] long
+    meta: AttentionMetadata
+    sample_rows: torch.Tensor  # [S] long: row of each sampling request's last token
+    sampling: list[ScheduledRequest]  # the S requests that sample, in row order
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int,
+                 device: torch.device, dtype: torch.dtype):
+        self.model = model
+        self.device = device
+        self.block_size = block_size
+        arch = model.arch
+        slots = num_blocks * block_size
+        self.kv_caches = [
+            (torch.zeros(slots, arch.num_kv_heads, arch.head_dim, device=device, dtype=dtype),
+             torch.zeros(slots, arch.num_kv_heads, arch.head_dim, device=device, dtype=dtype))
+            for _ in range(arch.num_layers)
+        ]
+        self._offsets = torch.arange(block_size, device=device)
+
+    @torch.inference_mode()
+    def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> tuple[torch.Tensor, list[ScheduledRequest]]:
+        """Run one step. Returns (logits [S, vocab] float32, the S sampling requests)."""
+        inputs = self.prepare(out, kv)
+        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+        if not inputs.sampling:
+            return hidden.new_empty((0, self.model.arch.vocab_size), dtype=torch.float32), []
+        logits = self.model.compute_logits(hidden[inputs.sample_rows])
+        return logits, inputs.sampling
+
+    def prepare(self, out: SchedulerOutput, kv: KVCacheManager) -> ModelInputs:
+        decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
+        prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
+        tokens: list[int] = []
+        positions: list[int] = []
+        sample_rows: list[int] = []
+        sampling: list[ScheduledRequest] = []
+        for s in decodes:
+            tokens.append(s.request.token_ids[s.start])
+            positions.append(s.start)
+        for s in prefills:
+            tokens.extend(s.request.token_ids[s.start:s.start + s.num_new_tokens])
+            positions.extend(range(s.start, s.start + s.num_new_tokens))
+        row = 0
+        for s in decodes + prefills:
+            row += s.num_new_tokens
+            if s.samples:
+                sample_rows.append(row - 1)
+                sampling.append(s)
+        dev = self.device
+        pos = torch.tensor(positions, dtype=torch.long, device=dev)
+        tables = [kv.block_table(s.request.request_id) for s in decodes + prefills]
+        meta = self._attention_metadata(decodes, prefills, tables, pos)
+        return ModelInputs(
+            input_ids=torch.tensor(tokens, dtype=torch.long, device=dev),
+            positions=pos,
+            meta=meta,
+            sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=dev),
+            sampling=sampling,
+        )
+
+    def _padded_tables(self, tables: list[list[int]]) -> torch.Tensor:
+        width = max(len(t) for t in tables)
+        padded = [t + [0] * (width - len(t)) for t in tables]
+        return torch.tensor(padded, dtype=torch.long, device=self.device)  # [B, max_blocks]
+
+    def _attention_metadata(self, decodes, prefills, tables, pos) -> AttentionMetadata:
+        bs = self.block_size
+        all_tables = self._padded_tables(tables)  # [B, max_blocks]
+        # Per-token table row: decodes are rows 0..Bd-1, then each prefill's run.
+        lengths = [s.num_new_tokens for s in decodes + prefills]
+        row_of_token = torch.repeat_interleave(
+            torch.arange(len(lengths), device=self.device),
+            torch.tensor(lengths, device=self.device))
+        slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
+
+        nd = len(decodes)
+        decode_slots = decode_mask = None
+        if nd:
+            ctx = torch.tensor([s.start + 1 for s in decodes], device=self.device)  # [Bd]
+            max_ctx = int(ctx.max())
+            slots = (all_tables[:nd, :, None] * bs + self._offsets).flatten(1)  # [Bd, max_blocks*bs]
+            decode_slots = slots[:, :max_ctx].contiguous()
+            decode_mask = (torch.arange(max_ctx, device=self.device) < ctx[:, None]).view(nd, 1, 1, max_ctx)
+
+        chunks = []
+        row = nd
+        for i, s in enumerate(prefills):
+            n = s.num_new_tokens
+            if s.start == 0:
+                chunks.append(PrefillChunk(row, row + n, None, None))
+            else:
+                ctx_len = s.start + n
+                table = all_tables[nd + i]
+                p = torch.arange(ctx_len, device=self.device)
+                ctx_slots = table[p // bs] * bs + p % bs
+                q_pos = torch.arange(s.start, ctx_len, device=self.device)
+                mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
+                chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
+            row += n
+        return AttentionMetadata(slot_mapping, nd, decode_slots, decode_mask, chunks)

@@ -1,0 +1,144 @@
+"""Continuous batching under a per-step token budget, with chunked prefill and
+preemption by recompute.
+
+Each step: running requests first (oldest first), each taking
+``min(remaining, budget)`` tokens, so decodes and prefill chunks share a step;
+then waiting requests are admitted (after a prefix-cache lookup) while budget,
+blocks and ``max_num_seqs`` allow. When a running request needs a block and
+none is free, the newest running request is preempted: its blocks are freed
+(their cached hashes survive until evicted) and it goes back to the front of
+the queue to be recomputed later. No admission happens in a step that
+preempted, so the engine slows down under overload instead of thrashing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from tokenmill.engine.kv_cache_manager import KVCacheManager
+from tokenmill.engine.request import Request, RequestStatus
+
+
+@dataclass
+class ScheduledRequest:
+    request: Request
+    start: int
+    """num_computed_tokens when scheduled: the first position computed this step."""
+    num_new_tokens: int
+
+    @property
+    def samples(self) -> bool:
+        """True when this step reaches the request's last known token."""
+        return self.start + self.num_new_tokens == self.request.num_tokens
+
+
+@dataclass
+class SchedulerOutput:
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+    def __bool__(self) -> bool:
+        return bool(self.scheduled)
+
+
+class Scheduler:
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self._schedule_running(out, self.max_num_batched_tokens)
+        if not out.preempted:
+            self._admit_waiting(out, budget)
+        return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            while not self.kv.allocate(req, n):
+                victim = self.running[-1]
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                out.scheduled.append(ScheduledRequest(req, req.num_computed_tokens, n))
+                budget -= n
+                i += 1
+        return budget
+
+    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[0]
+            prefix = self.kv.find_prefix(req)
+            cached = len(prefix) * self.kv.block_size
+            n = min(req.num_tokens - cached, budget)
+            if not self.kv.allocate(req, n, prefix):
+                break
+            self.waiting.popleft()
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = cached
+            req.num_computed_tokens = cached
+            req.status = RequestStatus.RUNNING
+            self.running.append(req)
+            out.scheduled.append(ScheduledRequest(req, cached, n))
+            budget -= n
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.kv.free(req)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        req.status = RequestStatus.PREEMPTED
+        self.waiting.appendleft(req)
+        self.num_preemptions += 1
+
+    def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
+        """Advance computed counters, append sampled tokens, index newly full
+        blocks, and finish requests that hit a stop. Returns the requests that
+        got a new token this step (finished ones included)."""
+        advanced = []
+        for s in out.scheduled:
+            req = s.request
+            if req.status is not RequestStatus.RUNNING:
+                continue  # preempted later in the same step
+            req.num_computed_tokens = s.start + s.num_new_tokens
+            self.kv.cache_computed_blocks(req)
+            token = sampled.get(req.request_id)
+            if token is None:
+                continue
+            req.append_token(token)
+            advanced.append(req)
+            status = req.check_stop()
+            if status is not None:
+                self.finish(req, status)
+        return advanced
+
+    def finish(self, req: Request, status: RequestStatus) -> None:
+        """End a request (stop, length, abort, error) and free its blocks."""
+        if req.status.finished:
+            return
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        self.kv.free(req)
+        req.status = status

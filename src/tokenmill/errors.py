@@ -1,0 +1,15 @@
+"""Errors the engine raises at its edge."""
+
+from __future__ import annotations
+
+
+class RequestError(ValueError):
+    """A request that cannot be served; ``param`` names the offending field."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(f"{param}: {message}")
+        self.param = param
+
+
+class QueueFullError(RuntimeError):
+    """The engine's waiting queue is at ``max_waiting_requests``."""

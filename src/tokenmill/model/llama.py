@@ -1,0 +1,113 @@
+"""Llama-family decoder (Llama 2/3.x, SmolLM2, Mistral, Qwen2) over a paged KV cache.
+
+Tokens of all sequences in a step are flattened into one batch ([T, hidden]),
+so every linear layer runs once per step; only attention looks at sequence
+boundaries (see kernels/attention.py). q/k/v and gate/up are fused into single
+matmuls to cut per-step op count.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tokenmill.kernels.attention import AttentionMetadata, paged_attention
+from tokenmill.model.arch import ModelArch
+from tokenmill.model.rope import apply_rope, cos_sin_table, inverse_frequencies
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 like the HF reference, then cast back.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, arch: ModelArch):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = arch.num_heads, arch.num_kv_heads, arch.head_dim
+        self.q_size, self.kv_size = arch.q_size, arch.kv_size
+        self.qkv_proj = nn.Linear(arch.hidden_size, self.q_size + 2 * self.kv_size, bias=arch.attention_bias)
+        self.o_proj = nn.Linear(self.q_size, arch.hidden_size, bias=False)
+        self.scale = self.head_dim**-0.5
+
+    def forward(self, x, cos, sin, meta: AttentionMetadata, k_cache, v_cache):
+        t = x.shape[0]
+        qkv = self.qkv_proj(x)  # [T, q_size + 2 * kv_size]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rope(q.view(t, self.num_heads, self.head_dim), cos, sin)
+        k = apply_rope(k.view(t, self.num_kv_heads, self.head_dim), cos, sin)
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
+        o = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # [T, Hq, D]
+        return self.o_proj(o.view(t, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, arch: ModelArch):
+        super().__init__()
+        self.intermediate = arch.intermediate_size
+        self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * arch.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(arch.intermediate_size, arch.hidden_size, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, arch: ModelArch):
+        super().__init__()
+        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.self_attn = Attention(arch)
+        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.mlp = MLP(arch)
+
+    def forward(self, x, cos, sin, meta, k_cache, v_cache):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, k_cache, v_cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, arch: ModelArch, max_positions: int):
+        super().__init__()
+        self.arch = arch
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(arch) for _ in range(arch.num_layers))
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        if arch.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.max_positions = max_positions
+        self.set_rope(inverse_frequencies(arch) if arch.rope_scaling is None or
+                      arch.rope_scaling.get("rope_type") != "gguf_freq_factors" else None)
+
+    def set_rope(self, inv_freq: torch.Tensor | None) -> None:
+        """(Re)build the cos/sin tables; None leaves them unset until the loader
+        provides GGUF frequency factors."""
+        if inv_freq is None:
+            return
+        cos, sin = cos_sin_table(inv_freq, self.max_positions)
+        self.register_buffer("rope_cos", cos, persistent=False)  # [max_positions, head_dim]
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    def forward(self, input_ids, positions, meta: AttentionMetadata, kv_caches) -> torch.Tensor:
+        """input_ids, positions: [T] long; kv_caches: per layer (k_cache, v_cache),
+        each [num_slots, Hkv, D]. Returns final hidden states [T, hidden]."""
+        x = self.embed_tokens(input_ids)
+        dtype = x.dtype
+        cos = self.rope_cos[positions].to(dtype).unsqueeze(1)  # [T, 1, head_dim]
+        sin = self.rope_sin[positions].to(dtype).unsqueeze(1)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
+            x = layer(x, cos, sin, meta, k_cache, v_cache)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [N, hidden] -> logits [N, vocab] in float32."""
+        return self.lm_head(hidden).float()
