@@ -1,0 +1,151 @@
+"""AsyncEngine: the asyncio facade over LLMEngine (implements EngineClient).
+
+The engine's step loop runs on its own thread (torch releases the GIL inside
+kernels, so the event loop stays responsive). Requests are validated on the
+caller's side, then handed to the loop thread through a locked inbox; outputs
+come back to each request's asyncio.Queue via ``call_soon_threadsafe``.
+Only the loop thread touches the LLMEngine's scheduler and cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import AsyncIterator
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.client import EngineStats
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.errors import QueueFullError
+from tokenmill.outputs import RequestOutput
+from tokenmill.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class _Stream:
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def put(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self.model_name = engine.model_name
+        self.max_model_len = engine.max_model_len
+        self.tokenizer = engine.tokenizer
+        self._streams: dict[str, _Stream] = {}
+        self._inbox: list[tuple[str, object]] = []  # ("add", Request) | ("abort", request_id)
+        self._pending_adds = 0
+        self._cv = threading.Condition()
+        self._stopped = False
+        self._stats = engine.stats()
+        self._thread = threading.Thread(target=self._loop, name="tokenmill-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> "AsyncEngine":
+        return cls(LLMEngine(config))
+
+    async def generate(self, prompt: str | list[int], params: SamplingParams,
+                       request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+        request = self.engine.make_request(prompt, params, request_id)
+        limit = self.engine.config.max_waiting_requests
+        stream = _Stream(asyncio.get_running_loop())
+        with self._cv:
+            if limit is not None and self._stats.num_waiting + self._pending_adds >= limit:
+                raise QueueFullError(f"the waiting queue is full ({limit} requests)")
+            if request.request_id in self._streams:
+                raise ValueError(f"request_id: duplicate request id {request.request_id!r}")
+            self._streams[request.request_id] = stream
+            self._inbox.append(("add", request))
+            self._pending_adds += 1
+            self._cv.notify()
+        finished = False
+        try:
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:  # client went away (or errored): free its blocks
+                self._submit_abort(request.request_id)
+
+    async def abort(self, request_id: str) -> None:
+        self._submit_abort(request_id)
+
+    def _submit_abort(self, request_id: str) -> None:
+        with self._cv:
+            self._inbox.append(("abort", request_id))
+            self._cv.notify()
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def shutdown(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    # ---- engine thread ------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and not self._inbox and not self.engine.has_unfinished_requests():
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                inbox, self._inbox = self._inbox, []
+            self._apply(inbox)
+            if not self.engine.has_unfinished_requests():
+                self._refresh_stats()
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a model failure must not strand the clients
+                log.exception("engine step failed; failing the running requests")
+                self._fail_all(exc)
+                continue
+            self._refresh_stats()
+            for out in outputs:
+                self._deliver(out)
+
+    def _apply(self, inbox) -> None:
+        for kind, payload in inbox:
+            if kind == "add":
+                with self._cv:
+                    self._pending_adds -= 1
+                self.engine.add(payload)
+            else:
+                out = self.engine.abort(payload)
+                stream = self._streams.pop(payload, None)
+                if stream is not None and out is not None:
+                    stream.put(out)
+
+    def _deliver(self, out: RequestOutput) -> None:
+        stream = self._streams.get(out.request_id)
+        if out.finished:
+            self._streams.pop(out.request_id, None)
+        if stream is not None:
+            stream.put(out)
+
+    def _fail_all(self, exc: Exception) -> None:
+        for rid in list(self.engine.requests):
+            self.engine.abort(rid)
+            stream = self._streams.pop(rid, None)
+            if stream is not None:
+                stream.put(RuntimeError(f"engine step failed: {exc}"))
+
+    def _refresh_stats(self) -> None:
+        self._stats = self.engine.stats()
