@@ -39,7 +39,6 @@ class ModelRunner:
              torch.zeros(slots, arch.num_kv_heads, arch.head_dim, device=device, dtype=dtype))
             for _ in range(arch.num_layers)
         ]
-        self._offsets = torch.arange(block_size, device=device)
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> tuple[torch.Tensor, list[ScheduledRequest]]:
@@ -98,13 +97,13 @@ class ModelRunner:
         slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
 
         nd = len(decodes)
-        decode_slots = decode_mask = None
+        decode_blocks = decode_mask = None
         if nd:
             ctx = torch.tensor([s.start + 1 for s in decodes], device=self.device)  # [Bd]
-            max_ctx = int(ctx.max())
-            slots = (all_tables[:nd, :, None] * bs + self._offsets).flatten(1)  # [Bd, max_blocks*bs]
-            decode_slots = slots[:, :max_ctx].contiguous()
-            decode_mask = (torch.arange(max_ctx, device=self.device) < ctx[:, None]).view(nd, 1, 1, max_ctx)
+            num_blocks = -(-int(ctx.max()) // bs)
+            decode_blocks = all_tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
+            span = num_blocks * bs
+            decode_mask = (torch.arange(span, device=self.device) < ctx[:, None]).view(nd, 1, 1, span)
 
         chunks = []
         row = nd
@@ -121,4 +120,4 @@ class ModelRunner:
                 mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
                 chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
             row += n
-        return AttentionMetadata(slot_mapping, nd, decode_slots, decode_mask, chunks)
+        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_mask, chunks)

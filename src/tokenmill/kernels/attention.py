@@ -35,10 +35,12 @@ class AttentionMetadata:
     """[num_tokens] long: cache slot each new token's K/V is written to."""
     num_decodes: int
     """Rows [0, num_decodes) are one-token decodes."""
-    decode_slots: torch.Tensor | None
-    """[num_decodes, max_context] long: each decode's context slots, padded."""
+    decode_blocks: torch.Tensor | None
+    """[num_decodes, max_blocks] long: each decode's block table, padded with 0.
+    Whole blocks are gathered (one contiguous copy per block, far cheaper than
+    per-slot indexing); the mask hides the unused tail."""
     decode_mask: torch.Tensor | None
-    """[num_decodes, 1, 1, max_context] bool, False on padding."""
+    """[num_decodes, 1, 1, max_blocks * block_size] bool, False past each context."""
     prefills: list[PrefillChunk]
 
 
@@ -58,7 +60,7 @@ def paged_attention(
     out = torch.empty_like(q)
     n = meta.num_decodes
     if n:
-        out[:n] = _decode_attention(q[:n], k_cache, v_cache, meta.decode_slots, meta.decode_mask, scale)
+        out[:n] = _decode_attention(q[:n], k_cache, v_cache, meta.decode_blocks, meta.decode_mask, scale)
     for chunk in meta.prefills:
         s, e = chunk.start, chunk.end
         if chunk.context_slots is None:
@@ -69,14 +71,23 @@ def paged_attention(
     return out
 
 
-def _decode_attention(q, k_cache, v_cache, slots, mask, scale):
+def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, block_size: int) -> torch.Tensor:
+    """cache [num_slots, Hkv, D], blocks [B, nb] -> [B, Hkv, nb * block_size, D]."""
+    b, nb = blocks.shape
+    _, hkv, d = cache.shape
+    per_block = cache.view(-1, block_size, hkv, d)
+    return per_block.index_select(0, blocks.flatten()).view(b, nb * block_size, hkv, d).transpose(1, 2)
+
+
+def _decode_attention(q, k_cache, v_cache, blocks, mask, scale):
     # q: [B, Hq, D] -> [B, Hkv, G, D]: the G query heads sharing a KV head act as
     # G query rows, so K/V are never repeated for grouped-query attention.
     b, hq, d = q.shape
     hkv = k_cache.shape[1]
+    block_size = mask.shape[-1] // blocks.shape[1]
     qg = q.view(b, hkv, hq // hkv, d)
-    kc = k_cache[slots].transpose(1, 2)  # [B, Hkv, L, D]
-    vc = v_cache[slots].transpose(1, 2)
+    kc = _gather_blocks(k_cache, blocks, block_size)  # [B, Hkv, L, D]
+    vc = _gather_blocks(v_cache, blocks, block_size)
     o = F.scaled_dot_product_attention(qg, kc, vc, attn_mask=mask, scale=scale)
     return o.reshape(b, hq, d)
 

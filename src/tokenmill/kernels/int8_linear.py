@@ -1,0 +1,58 @@
+"""Weight-only int8 linear layers (symmetric, one scale per output channel).
+
+For batch-1 decode on CPU the step is bound by weight bytes: int8 moves a
+quarter of fp32's. torch's ``_weight_int8pack_mm`` is fast on CPU only with
+bf16 activations, so inputs are cast to bf16 for the matmul and the result back
+to the model dtype; this loses a little precision (quality is checked against
+the fp32 reference in tests and docs/PERFORMANCE.md). At large batch the fp32
+matmul is faster, so this is an opt-in latency mode (``--quantization int8``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [out, in] -> (int8 [out, in], scales [out] float32)."""
+    w = weight.float()
+    scales = w.abs().amax(dim=1).clamp_min(1e-8) / 127.0
+    q = torch.round(w / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q.contiguous(), scales
+
+
+class Int8Linear(nn.Module):
+    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype):
+        super().__init__()
+        q, scales = quantize_per_channel(linear.weight.data)
+        self.register_buffer("qweight", q)                               # [out, in] int8
+        self.register_buffer("scales", scales.to(compute_dtype))         # [out]
+        self.bias = linear.bias
+        self.compute_dtype = compute_dtype
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1]).to(self.compute_dtype)
+        if x.device.type == "cpu":
+            y = torch._weight_int8pack_mm(x2, self.qweight, self.scales)
+        else:  # CUDA: dequantize on the fly (memory saving, not a speed path)
+            y = x2 @ (self.qweight.to(self.compute_dtype) * self.scales[:, None]).t()
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*shape[:-1], self.out_features)
+
+
+def quantize_model_int8(model: nn.Module) -> None:
+    """Swap every decoder linear and the LM head for Int8Linear, in place.
+    The input embedding stays in full precision (it is a lookup, not a matmul)."""
+    compute = torch.bfloat16 if next(model.parameters()).device.type == "cpu" else next(model.parameters()).dtype
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        attn.qkv_proj = Int8Linear(attn.qkv_proj, compute)
+        attn.o_proj = Int8Linear(attn.o_proj, compute)
+        mlp.gate_up_proj = Int8Linear(mlp.gate_up_proj, compute)
+        mlp.down_proj = Int8Linear(mlp.down_proj, compute)
+    model.lm_head = Int8Linear(model.lm_head, compute)
