@@ -30,7 +30,13 @@ class _Stream:
         self.queue: asyncio.Queue = asyncio.Queue()
 
     def put(self, item) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        # The consumer's loop may be gone (client finished or event loop closed):
+        # then nobody is waiting for this item and dropping it loses nothing.
+        if not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+            except RuntimeError:
+                log.debug("dropped an output for a closed event loop")
 
 
 class AsyncEngine:
@@ -92,6 +98,7 @@ class AsyncEngine:
         return self._stats
 
     def shutdown(self) -> None:
+        """Stop the loop thread; requests still in flight end with an error."""
         with self._cv:
             self._stopped = True
             self._cv.notify()
@@ -104,9 +111,12 @@ class AsyncEngine:
             with self._cv:
                 while not self._stopped and not self._inbox and not self.engine.has_unfinished_requests():
                     self._cv.wait()
-                if self._stopped:
-                    return
                 inbox, self._inbox = self._inbox, []
+                stopping = self._stopped
+            if stopping:
+                self._apply(inbox)
+                self._fail_all(RuntimeError("the engine is shutting down"))
+                return
             self._apply(inbox)
             if not self.engine.has_unfinished_requests():
                 self._refresh_stats()
