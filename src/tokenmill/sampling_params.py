@@ -80,8 +80,9 @@ class SamplingParams:
             bad("frequency_penalty", f"must be in [-2, 2], got {self.frequency_penalty}")
         if not -2.0 <= self.presence_penalty <= 2.0:
             bad("presence_penalty", f"must be in [-2, 2], got {self.presence_penalty}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            bad("seed", f"must be an integer, got {self.seed!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -(1 << 63) <= self.seed < (1 << 64)):
+            bad("seed", f"must be an integer in [-2^63, 2^64), got {self.seed!r}")
         if not isinstance(self.stop, tuple) or not all(isinstance(s, str) for s in self.stop):
             bad("stop", f"must be a string or a list of strings, got {self.stop!r}")
         if any(s == "" for s in self.stop):

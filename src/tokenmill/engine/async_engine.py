@@ -17,7 +17,7 @@ from typing import AsyncIterator
 from tokenmill.config import EngineConfig
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.engine import LLMEngine
-from tokenmill.errors import QueueFullError
+from tokenmill.errors import QueueFullError, RequestError
 from tokenmill.outputs import RequestOutput
 from tokenmill.sampling_params import SamplingParams
 
@@ -67,7 +67,7 @@ class AsyncEngine:
             if limit is not None and self._stats.num_waiting + self._pending_adds >= limit:
                 raise QueueFullError(f"the waiting queue is full ({limit} requests)")
             if request.request_id in self._streams:
-                raise ValueError(f"request_id: duplicate request id {request.request_id!r}")
+                raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
             self._streams[request.request_id] = stream
             self._inbox.append(("add", request))
             self._pending_adds += 1
@@ -132,16 +132,21 @@ class AsyncEngine:
                 self._deliver(out)
 
     def _apply(self, inbox) -> None:
+        adds = 0
         for kind, payload in inbox:
             if kind == "add":
-                with self._cv:
-                    self._pending_adds -= 1
+                adds += 1
                 self.engine.add(payload)
             else:
                 out = self.engine.abort(payload)
                 stream = self._streams.pop(payload, None)
                 if stream is not None and out is not None:
                     stream.put(out)
+        # Move the adds from "pending" to "waiting" in one locked update, so the
+        # queue-limit check in generate() never sees a request in neither.
+        with self._cv:
+            self._pending_adds -= adds
+            self._stats = self.engine.stats()
 
     def _deliver(self, out: RequestOutput) -> None:
         stream = self._streams.get(out.request_id)

@@ -1,23 +1,38 @@
 """Token sampling for one engine step.
 
-Order per row: penalties on the raw logits -> logprobs (of the penalized model
-distribution, before temperature and truncation: what OpenAI clients expect)
--> temperature -> top-k -> top-p -> min-p -> draw.
+Order per row: penalties on the raw logits -> logprobs -> temperature ->
+top-k -> top-p -> min-p -> draw. Greedy rows (temperature 0) take the argmax
+of the penalized logits (ties go to the lowest id).
 
-Draws use the exponential race (argmax of p / E with E ~ Exp(1)), which is an
-exact sample from p. A seeded request draws its E from its own generator, one
-vocab-sized draw per step, so its tokens depend only on its own logits and
-seed, never on the batch it shares or its row.
+Logprobs are the "processed" kind: log-softmax of the penalized logits, before
+temperature and truncation, i.e. the model's distribution as OpenAI clients
+expect it (vLLM's default, "raw", differs only for requests with penalties).
+
+Sampling works on unnormalised weights w = exp((x - max) / T) (the top token
+has w = 1): top-k, top-p and min-p zero weights out, keeping every token tied
+with the cut-off value. The draw is an inverse-CDF lookup with one float64
+uniform per row per step, done in two levels (blocks of 256 ids, then inside
+the chosen block) so float64 prefix sums stay cheap and exact enough. A seeded
+request takes its uniform from its own generator, one number per step, so its
+tokens depend only on its own logits and seed, never on the batch or its row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
+import numpy as np
 import torch
 
 from tokenmill.outputs import TokenLogprob
 from tokenmill.sampling_params import SamplingParams
+
+_BLOCK = 256
+"""Ids per block in the two-level inverse-CDF draw."""
+_TOP_P_CANDIDATES = (256, 4096)
+"""Top-p first looks for its cut-off among this many most likely ids; rows
+whose nucleus is wider fall back to a full sort."""
 
 
 @dataclass
@@ -44,107 +59,220 @@ class Sampler:
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
 
+    @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """logits: [R, >= vocab] on any device; returns one token per row."""
-        logits = logits[:, :self.vocab_size].float().cpu()  # [R, V]
+        """logits: [R, >= vocab] (extra columns are padding); one token per row."""
+        if not rows:
+            return SamplerOutput([], [])
+        logits = logits[:, :self.vocab_size]  # [R, V]
         params = [r.params for r in rows]
         if all(p.greedy and not p.uses_penalties and p.logprobs is None for p in params):
+            # bf16 -> float32 is exact, so the argmax needs no conversion.
             return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * len(rows))
+        x = logits.float()  # [R, V]
         if any(p.uses_penalties for p in params):
-            logits = logits.clone()
-            for i, row in enumerate(rows):
-                if row.params.uses_penalties:
-                    apply_penalties(logits[i], row)
-        tokens = [0] * len(rows)
+            x = x.clone(memory_format=torch.contiguous_format)  # never touch the caller's tensor
+            apply_penalties(x, rows)
+        tokens = torch.empty(len(rows), dtype=torch.long, device=x.device)  # [R]
         greedy = [i for i, p in enumerate(params) if p.greedy]
-        if greedy:
-            for i, t in zip(greedy, logits[greedy].argmax(dim=-1).tolist()):
-                tokens[i] = t
         sampled = [i for i, p in enumerate(params) if not p.greedy]
+        if greedy:
+            tokens[greedy] = _take_rows(x, greedy).argmax(dim=-1)
         if sampled:
-            probs = truncated_probs(logits[sampled], [params[i] for i in sampled])
-            for i, t in zip(sampled, self._draw(probs, [rows[i].generator for i in sampled])):
-                tokens[i] = t
-        return SamplerOutput(tokens, self._logprobs(logits, params, tokens))
+            tokens[sampled] = self._sample(_take_rows(x, sampled), [rows[i] for i in sampled])
+        token_ids = tokens.tolist()
+        return SamplerOutput(token_ids, compute_logprobs(x, params, token_ids))
 
-    def _draw(self, probs: torch.Tensor, generators: list[torch.Generator | None]) -> list[int]:
-        """probs: [S, V] -> one token per row by exponential race."""
-        noise = torch.empty_like(probs)
+    def _sample(self, x: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+        """x: [S, V] penalized logits of non-greedy rows (may be a view) -> [S] token ids."""
+        params = [r.params for r in rows]
+        w = probability_weights(x, [p.temperature for p in params])  # [S, V]
+        apply_top_k(w, [p.top_k for p in params])
+        apply_top_p(w, [p.top_p for p in params])
+        apply_min_p(w, [p.min_p for p in params])
+        return draw(w, self._uniforms([r.generator for r in rows]).to(w.device))
+
+    def _uniforms(self, generators: list[torch.Generator | None]) -> torch.Tensor:
+        """One U[0, 1) float64 per row: seeded rows from their own generator."""
+        u = torch.empty(len(generators), dtype=torch.float64)  # [S]
         shared = [i for i, g in enumerate(generators) if g is None]
         if shared:
-            noise[shared] = torch.empty(len(shared), probs.shape[1]).exponential_(generator=self.generator)
+            u[shared] = torch.rand(len(shared), dtype=torch.float64, generator=self.generator)
         for i, g in enumerate(generators):
             if g is not None:
-                noise[i].exponential_(generator=g)
-        return (probs / noise).argmax(dim=-1).tolist()
-
-    @staticmethod
-    def _logprobs(logits, params, tokens) -> list[TokenLogprob | None]:
-        wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
-        out: list[TokenLogprob | None] = [None] * len(params)
-        if not wanted:
-            return out
-        lp = torch.log_softmax(logits[wanted], dim=-1)  # [W, V]
-        k = max(params[i].logprobs for i in wanted)
-        top_vals, top_ids = lp.topk(max(k, 1), dim=-1)
-        for j, i in enumerate(wanted):
-            n = params[i].logprobs
-            top = list(zip(top_ids[j, :n].tolist(), top_vals[j, :n].tolist()))
-            out[i] = TokenLogprob(tokens[i], float(lp[j, tokens[i]]), top)
-        return out
+                u[i] = torch.rand((), dtype=torch.float64, generator=g)
+        return u
 
 
-def apply_penalties(row_logits: torch.Tensor, row: SamplingRow) -> None:
-    """In place on one row [V]. Repetition (HF): every id seen in prompt or
-    output, positive logits divided, negative multiplied. Frequency/presence
-    (OpenAI): over output ids only, logit -= count * f + (count > 0) * p."""
-    p = row.params
-    vocab = row_logits.shape[0]
-    if p.repetition_penalty != 1.0:
-        seen = torch.tensor(sorted(set(row.prompt_token_ids) | set(row.output_token_ids)), dtype=torch.long)
-        seen = seen[seen < vocab]
-        vals = row_logits[seen]
-        row_logits[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
-    if (p.frequency_penalty or p.presence_penalty) and row.output_token_ids:
-        out_ids = torch.tensor(row.output_token_ids, dtype=torch.long)
-        counts = torch.bincount(out_ids[out_ids < vocab], minlength=vocab).to(row_logits.dtype)
-        row_logits -= counts * p.frequency_penalty + (counts > 0).to(row_logits.dtype) * p.presence_penalty
+def _take_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """x[idx] without the copy when idx is every row in order."""
+    return x if len(idx) == x.shape[0] else x[idx]
 
 
-def truncated_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """logits [S, V] -> probabilities after temperature, top-k, top-p, min-p."""
-    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)
-    x = logits / temps[:, None]
-    ks = [p.top_k if p.top_k > 0 else 0 for p in params]
-    if any(k and k < x.shape[1] for k in ks):
-        x = _top_k(x, ks)
-    if any(p.top_p < 1.0 for p in params):
-        x = _top_p(x, torch.tensor([p.top_p for p in params], dtype=x.dtype))
-    probs = torch.softmax(x, dim=-1)
-    if any(p.min_p > 0.0 for p in params):
-        min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
-        floor = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
-        probs = torch.where(probs < floor, torch.zeros_like(probs), probs)
-    return probs
+def apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
+    """In place on contiguous x [R, V], through flat indices row * V + id.
+
+    Repetition (HF): every id in prompt or output, logit > 0 divided by the
+    penalty, otherwise multiplied. Frequency/presence (OpenAI): output ids
+    only, logit -= count * frequency + presence.
+    """
+    flat_x = x.view(-1)  # [R * V]
+    rep = [i for i, r in enumerate(rows) if r.params.repetition_penalty != 1.0]
+    if rep:
+        flat, row = _flat_ids([rows[i].prompt_token_ids + rows[i].output_token_ids for i in rep], rep, x)
+        penalty = _per_row(x, rows, rep, lambda p: p.repetition_penalty)[row]  # [N]
+        vals = flat_x[flat]
+        # Duplicate ids all compute the same value from the original logit.
+        flat_x[flat] = torch.where(vals > 0, vals / penalty, vals * penalty)
+    fp = [i for i, r in enumerate(rows)
+          if (r.params.frequency_penalty or r.params.presence_penalty) and r.output_token_ids]
+    if fp:
+        flat, _ = _flat_ids([rows[i].output_token_ids for i in fp], fp, x)
+        uniq, counts = torch.unique(flat, return_counts=True)  # [U] distinct (row, id)
+        row = torch.div(uniq, x.shape[1], rounding_mode="floor")
+        freq = _per_row(x, rows, fp, lambda p: p.frequency_penalty)[row]
+        pres = _per_row(x, rows, fp, lambda p: p.presence_penalty)[row]
+        flat_x.index_add_(0, uniq, -(counts * freq + pres))
 
 
-def _top_k(x: torch.Tensor, ks: list[int]) -> torch.Tensor:
+def _per_row(x: torch.Tensor, rows: list[SamplingRow], idx: list[int], get) -> torch.Tensor:
+    """[R] float32 holding get(params) at rows idx (zero elsewhere)."""
+    out = torch.zeros(len(rows), dtype=x.dtype, device=x.device)
+    out[idx] = torch.tensor([get(rows[i].params) for i in idx], dtype=x.dtype, device=x.device)
+    return out
+
+
+def _flat_ids(ids: list[list[int]], rows: list[int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row id lists -> ([N] flat indices row * V + id into x, [N] row of each).
+
+    Ids outside the vocabulary are dropped."""
     vocab = x.shape[1]
-    k_max = max(k for k in ks if k) if any(ks) else vocab
-    top = x.topk(min(k_max, vocab), dim=-1).values  # [S, k_max], descending
-    # Row threshold: its k-th largest value (no truncation where k is off).
-    idx = torch.tensor([min(k, k_max) - 1 if k else 0 for k in ks])
-    thresh = top.gather(1, idx[:, None])
-    off = torch.tensor([k == 0 or k >= vocab for k in ks])[:, None]
-    return torch.where(off | (x >= thresh), x, torch.full_like(x, float("-inf")))
+    tok = torch.tensor(list(chain.from_iterable(ids)), dtype=torch.long, device=x.device)  # [N]
+    row = torch.repeat_interleave(torch.tensor(rows, dtype=torch.long, device=x.device),
+                                  torch.tensor([len(i) for i in ids], device=x.device))  # [N]
+    keep = (tok >= 0) & (tok < vocab)
+    tok, row = tok[keep], row[keep]
+    return row * vocab + tok, row
 
 
-def _top_p(x: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    sorted_x, order = x.sort(dim=-1, descending=True)
-    cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
-    # Drop a token when the mass strictly before it already reaches top_p;
-    # the most likely token is always kept.
-    drop = (cum - sorted_x.softmax(dim=-1)) >= top_p[:, None]
-    drop[:, 0] = False
-    sorted_x = sorted_x.masked_fill(drop, float("-inf"))
-    return torch.empty_like(x).scatter_(1, order, sorted_x)
+def compute_logprobs(x: torch.Tensor, params: list[SamplingParams],
+                     tokens: list[int]) -> list[TokenLogprob | None]:
+    """Log-softmax of the penalized logits x [R, V] for rows that asked for logprobs."""
+    out: list[TokenLogprob | None] = [None] * len(params)
+    wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
+    if not wanted:
+        return out
+    lp = torch.log_softmax(_take_rows(x, wanted), dim=-1)  # [W, V]
+    chosen = lp.gather(1, torch.tensor([[tokens[i]] for i in wanted], device=lp.device)).view(-1).tolist()
+    n_max = max(params[i].logprobs for i in wanted)
+    top_vals, top_ids = lp.topk(n_max, dim=-1) if n_max else (lp[:, :0], lp[:, :0].long())  # [W, n_max]
+    top_vals, top_ids = top_vals.tolist(), top_ids.tolist()
+    for j, i in enumerate(wanted):
+        n = params[i].logprobs
+        out[i] = TokenLogprob(tokens[i], chosen[j], list(zip(top_ids[j][:n], top_vals[j][:n])))
+    return out
+
+
+def probability_weights(x: torch.Tensor, temperatures: list[float]) -> torch.Tensor:
+    """x [S, V] -> new tensor exp((x - row max) / T): unnormalised probabilities, max 1."""
+    w = x - x.amax(dim=-1, keepdim=True)  # [S, V], a fresh tensor
+    if any(t != 1.0 for t in temperatures):
+        w.div_(torch.tensor(temperatures, dtype=w.dtype, device=w.device)[:, None])
+    return w.exp_()
+
+
+def _masked_rows(w: torch.Tensor, idx: list[int], keep_from: torch.Tensor) -> None:
+    """Zero w[idx] where below the per-row threshold keep_from [len(idx), 1]."""
+    if len(idx) == w.shape[0]:
+        w.masked_fill_(w < keep_from, 0.0)
+    else:
+        sub = w[idx]
+        w[idx] = sub.masked_fill_(sub < keep_from, 0.0)
+
+
+def apply_top_k(w: torch.Tensor, top_k: list[int]) -> None:
+    """In place on w [S, V]: keep the k largest weights per row (and ties with the k-th)."""
+    vocab = w.shape[1]
+    idx = [i for i, k in enumerate(top_k) if 0 < k < vocab]
+    if not idx:
+        return
+    ks = [top_k[i] for i in idx]
+    top = largest(_take_rows(w, idx), max(ks))  # [K, k_max]
+    kth = top.gather(1, torch.tensor(ks, device=w.device)[:, None] - 1)  # [K, 1]
+    _masked_rows(w, idx, kth)
+
+
+def largest(x: torch.Tensor, m: int) -> torch.Tensor:
+    """x [n, V] -> its m largest values per row [n, m], descending.
+
+    On CPU through numpy, whose SIMD partition/sort is several times faster
+    than torch.topk/torch.sort there.
+    """
+    vocab = x.shape[1]
+    if x.device.type != "cpu":
+        return x.sort(dim=-1, descending=True).values if m >= vocab else x.topk(m, dim=-1).values
+    a = x.numpy()
+    if m < vocab:
+        a = np.partition(a, vocab - m, axis=-1)[:, vocab - m:]
+    return torch.from_numpy(np.ascontiguousarray(np.sort(a, axis=-1)[:, ::-1]))
+
+
+def apply_top_p(w: torch.Tensor, top_p: list[float]) -> None:
+    """In place on w [S, V]: keep the smallest most-likely set whose mass reaches
+    top_p (a token stays when the mass strictly above it is < top_p)."""
+    idx = [i for i, p in enumerate(top_p) if p < 1.0]
+    if not idx:
+        return
+    sub = _take_rows(w, idx)  # [P, V]
+    target = sub.sum(dim=-1, keepdim=True).double() * torch.tensor(
+        [top_p[i] for i in idx], dtype=torch.float64, device=w.device)[:, None]  # [P, 1]
+    thresh = torch.empty(len(idx), 1, dtype=w.dtype, device=w.device)  # [P, 1]
+    todo = torch.arange(len(idx), device=w.device)
+    for m in (*_TOP_P_CANDIDATES, w.shape[1]):
+        m = min(m, w.shape[1])
+        vals = largest(sub[todo], m)  # [n, m]
+        cum = vals.cumsum(dim=-1, dtype=torch.float64)  # [n, m]
+        above = torch.nn.functional.pad(cum[:, :-1], (1, 0))  # mass strictly above each candidate
+        count = (above < target[todo]).sum(dim=-1, keepdim=True).clamp_(min=1)  # [n, 1]
+        done = (cum[:, -1:] >= target[todo]).view(-1) | (m == w.shape[1])
+        thresh[todo[done]] = vals.gather(1, count - 1)[done]
+        todo = todo[~done]
+        if todo.numel() == 0:
+            break
+    _masked_rows(w, idx, thresh)
+
+
+def apply_min_p(w: torch.Tensor, min_p: list[float]) -> None:
+    """In place on w [S, V]: drop weights below min_p x the top one (which is 1)."""
+    idx = [i for i, p in enumerate(min_p) if p > 0.0]
+    if idx:
+        _masked_rows(w, idx, torch.tensor([min_p[i] for i in idx], dtype=w.dtype, device=w.device)[:, None])
+
+
+def draw(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse CDF: w [S, V] unnormalised weights, u [S] float64 in [0, 1) -> [S] ids.
+
+    First the block of _BLOCK ids whose cumulative mass passes u * total, then
+    the id inside it. Both searches are clamped below the last prefix sum, so
+    the id found always has weight > 0.
+    """
+    rows, vocab = w.shape
+    n_blocks = -(-vocab // _BLOCK)
+    if n_blocks * _BLOCK != vocab:
+        w = torch.nn.functional.pad(w, (0, n_blocks * _BLOCK - vocab))
+    blocks = w.view(rows, n_blocks, _BLOCK)  # [S, nb, B]
+    mass = blocks.sum(dim=-1).double()  # [S, nb]
+    cum = mass.cumsum(dim=-1)  # [S, nb]
+    target = _below_last(u[:, None] * cum[:, -1:], cum)  # [S, 1]
+    b = torch.searchsorted(cum, target, right=True)  # [S, 1]
+    rest = target - (cum.gather(1, b) - mass.gather(1, b))  # mass still to cover inside block b
+    chosen = blocks[torch.arange(rows, device=w.device), b.view(-1)]  # [S, B]
+    inner = chosen.cumsum(dim=-1, dtype=torch.float64)  # [S, B]
+    j = torch.searchsorted(inner, _below_last(rest.clamp_(min=0.0), inner), right=True)  # [S, 1]
+    return (b * _BLOCK + j).view(-1)
+
+
+def _below_last(t: torch.Tensor, cum: torch.Tensor) -> torch.Tensor:
+    """Clamp t [S, 1] to just under the row's last prefix sum (so searchsorted stays in range)."""
+    last = cum[:, -1:]
+    return torch.minimum(t, torch.nextafter(last, torch.zeros_like(last)))

@@ -1,0 +1,98 @@
+"""argparse flags (vLLM names) and their mapping onto EngineConfig / SamplingParams.
+
+No heavy imports here: ``tokenmill --help`` must not load torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tokenmill.config import DTYPES, LOAD_FORMATS, EngineConfig
+
+DEFAULT_PORT = 8000
+# Mirrors tokenmill.serve.api.DEFAULT_MAX_BODY_BYTES; repeated so --help need not import FastAPI.
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("model and engine")
+    g.add_argument("--model", default=None,
+                   help="GGUF file, Hugging Face directory, or dummy:<preset|config.json>; "
+                        "default: the embedded SmolLM2-135M-Instruct")
+    g.add_argument("--tokenizer", default=None, help="tokenizer source when it differs from --model")
+    g.add_argument("--load-format", choices=LOAD_FORMATS, default="auto",
+                   help="how to read --model (auto guesses from the path)")
+    g.add_argument("--served-model-name", default=None,
+                   help="model name reported by the API (default: the model's file or directory name)")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
+    g.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="weights/activations dtype; auto: bfloat16 on CUDA, float32 on most CPUs")
+    g.add_argument("--quantization", choices=["int8"], default=None, help="weight-only int8 linear layers")
+    g.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt + output in tokens (default: model context capped by the KV cache)")
+    g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")
+    g.add_argument("--max-num-batched-tokens", type=int, default=1024,
+                   help="token budget of one engine step (prefill chunks + decodes)")
+    g.add_argument("--block-size", type=int, default=16, help="tokens per KV cache block")
+    g.add_argument("--num-kv-blocks", type=int, default=None,
+                   help="KV cache blocks to allocate (default: derived from --kv-cache-memory-gib)")
+    g.add_argument("--kv-cache-memory-gib", type=float, default=None,
+                   help="memory for the KV cache (default: 1 GiB on CPU, 85%% of free memory on CUDA)")
+    g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse KV blocks across requests that share a prompt prefix")
+    g.add_argument("--max-waiting-requests", type=int, default=None,
+                   help="waiting-queue limit; the server answers 429 above it (default: unbounded)")
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed for dummy weights and for requests that give no seed")
+    g.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads on CPU")
+    g.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="logging verbosity")
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("HTTP server")
+    g.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: local only; 0.0.0.0 exposes the server)")
+    g.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on; 0 picks a free port")
+    g.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer <key>' on /v1/* (default: no authentication)")
+    g.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="largest accepted request body; larger bodies get 413 (default 1 MiB)")
+    g.add_argument("--max-tokens-limit", type=int, default=None,
+                   help="cap on max_tokens per request; also bounds the default when a request gives none")
+
+
+def add_generate_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("prompts and sampling")
+    g.add_argument("prompts", nargs="*", help="prompts to complete")
+    g.add_argument("--prompts-file", default=None,
+                   help="file of prompts: one per line, or JSONL with {\"prompt\": ...} or {\"messages\": [...]}")
+    g.add_argument("--chat", action="store_true", help="apply the model's chat template to text prompts")
+    g.add_argument("--max-tokens", type=int, default=64, help="tokens to generate per prompt")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    g.add_argument("--top-k", type=int, default=-1, help="keep the k most likely tokens (-1: off)")
+    g.add_argument("--stop", action="append", default=None, help="stop string (repeat for several)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-sequence")
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """Raises ValueError naming the field for a bad combination."""
+    return EngineConfig(
+        model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
+        served_model_name=args.served_model_name, device=args.device, dtype=args.dtype,
+        quantization=args.quantization, max_model_len=args.max_model_len, block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
+        enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, max_waiting_requests=args.max_waiting_requests,
+        seed=args.seed, num_threads=args.num_threads,
+    )
+
+
+def check_server_args(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"port: must be in [0, 65535], got {args.port}")
+    if args.max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes: must be positive, got {args.max_body_bytes}")
+    if args.max_tokens_limit is not None and args.max_tokens_limit < 1:
+        raise ValueError(f"max_tokens_limit: must be positive, got {args.max_tokens_limit}")

@@ -1,0 +1,113 @@
+"""Drive one engine request and answer it as JSON or as an SSE stream.
+
+The first output is pulled before any response starts: the engine validates
+and admits a request on the first iteration, so a bad prompt or a full queue
+becomes a plain 400/429 instead of an error inside a 200 stream.
+Every exit path closes the engine's iterator, which aborts an unfinished
+request and frees its KV blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
+
+from tokenmill.outputs import RequestOutput
+from tokenmill.serve.errors import ApiError, error_body, from_request_error
+from tokenmill.serve.metrics import RequestTimer
+from tokenmill.serve.responses import Usage
+
+log = logging.getLogger(__name__)
+
+CLIENT_CLOSED = 499  # nginx's "client closed request"; never reaches the client
+
+
+class Formatter(Protocol):
+    """Endpoint-specific shapes of one request's answer."""
+
+    request_id: str
+
+    def chunks(self, out: RequestOutput, first: bool) -> list[BaseModel]: ...
+    def usage_chunk(self, usage: Usage) -> BaseModel: ...
+    def add(self, out: RequestOutput) -> None: ...
+    def response(self, last: RequestOutput) -> BaseModel: ...
+
+
+class SSEResponse(StreamingResponse):
+    """Closes its body iterator on every exit (normal end, cancellation by a
+    disconnect, send failure), so the engine request behind it is aborted now
+    rather than whenever the generator gets garbage-collected."""
+
+    media_type = "text/event-stream"
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.body_iterator.aclose()
+
+
+async def run_generation(request: Request, engine, formatter: Formatter, prompt, params,
+                         timer: RequestTimer, *, stream: bool, include_usage: bool,
+                         prompt_param: str) -> Response:
+    outputs = engine.generate(prompt, params, formatter.request_id)
+    try:
+        first = await outputs.__anext__()
+    except ValueError as exc:  # RequestError and the engine's other input checks
+        raise from_request_error(exc, {"prompt": prompt_param}) from exc
+    except StopAsyncIteration as exc:
+        raise ApiError(500, "the engine ended the request without output") from exc
+    if stream:
+        body = _sse(request, outputs, first, formatter, timer, include_usage)
+        return SSEResponse(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return await _collect(request, outputs, first, formatter, timer)
+
+
+async def _collect(request: Request, outputs: AsyncIterator[RequestOutput], out: RequestOutput,
+                   formatter: Formatter, timer: RequestTimer) -> Response:
+    try:
+        while True:
+            timer.observe(out)
+            formatter.add(out)
+            if out.finished:
+                return JSONResponse(formatter.response(out).model_dump(mode="json"))
+            if await request.is_disconnected():
+                return Response(status_code=CLIENT_CLOSED)
+            out = await outputs.__anext__()
+    finally:
+        await outputs.aclose()
+
+
+async def _sse(request: Request, outputs: AsyncIterator[RequestOutput], out: RequestOutput,
+               formatter: Formatter, timer: RequestTimer, include_usage: bool) -> AsyncIterator[str]:
+    first = True
+    try:
+        while True:
+            timer.observe(out)
+            for chunk in formatter.chunks(out, first):
+                yield _event(chunk.model_dump_json())
+            first = False
+            if out.finished:
+                break
+            # Belt and braces: servers on ASGI spec >= 2.4 do not cancel us on disconnect.
+            if await request.is_disconnected():
+                return
+            out = await outputs.__anext__()
+        if include_usage:
+            yield _event(formatter.usage_chunk(Usage.from_output(out)).model_dump_json())
+    except Exception as exc:  # the engine failed mid-stream: the 200 is already sent
+        log.exception("request %s failed mid-stream", formatter.request_id)
+        yield _event(json.dumps(error_body(500, f"generation failed: {exc}")))
+    finally:
+        await outputs.aclose()
+    yield "data: [DONE]\n\n"
+
+
+def _event(payload: str) -> str:
+    return f"data: {payload}\n\n"

@@ -1,0 +1,98 @@
+"""Prometheus metrics, prefixed ``tokenmill:``, on a registry owned by one app.
+
+Per-request latencies and token counts are observed by the server as outputs
+stream by; engine gauges (running/waiting, KV blocks, prefix-cache hit rate,
+preemptions) are read from ``engine.stats()`` at scrape time, so they are
+never stale and cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from tokenmill.engine.client import EngineClient
+from tokenmill.outputs import RequestOutput
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                    10.0, 20.0, 40.0, 80.0)
+_E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class EngineStatsCollector:
+    """Reads the engine's gauges and cumulative counters when scraped."""
+
+    def __init__(self, engine: EngineClient):
+        self.engine = engine
+
+    def collect(self):
+        s = self.engine.stats()
+        gauges = [
+            ("num_requests_running", "Requests in the running batch.", s.num_running),
+            ("num_requests_waiting", "Requests waiting for admission.", s.num_waiting),
+            ("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1).", s.kv_usage),
+            ("kv_blocks_used", "KV cache blocks held by requests.", s.kv_blocks_used),
+            ("kv_blocks_total", "KV cache blocks allocated.", s.kv_blocks_total),
+            ("prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / tokens looked up.",
+             s.prefix_hit_rate),
+        ]
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(f"tokenmill:{name}", doc, value=value)
+        counters = [
+            ("num_preemptions", "Requests preempted by the scheduler.", s.num_preemptions),
+            ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries),
+            ("prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits),
+        ]
+        for name, doc, value in counters:
+            yield CounterMetricFamily(f"tokenmill:{name}", doc, value=value)
+
+
+class ServerMetrics:
+    def __init__(self, engine: EngineClient):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("tokenmill:requests", "HTTP requests answered, by route and status code.",
+                                ["route", "status"], registry=r)
+        self.ttft = Histogram("tokenmill:time_to_first_token_seconds", "Time to first token.",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("tokenmill:time_per_output_token_seconds",
+                              "Time between consecutive output tokens.", buckets=_LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("tokenmill:e2e_request_latency_seconds", "Arrival to last token.",
+                             buckets=_E2E_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("tokenmill:prompt_tokens", "Prompt tokens of served requests.", registry=r)
+        self.generation_tokens = Counter("tokenmill:generation_tokens", "Tokens generated for clients.",
+                                         registry=r)
+        r.register(EngineStatsCollector(engine))
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def timer(self) -> RequestTimer:
+        return RequestTimer(self)
+
+
+class RequestTimer:
+    """Latency bookkeeping for one generation request; call ``observe`` on
+    every output the engine delivers for it."""
+
+    def __init__(self, metrics: ServerMetrics):
+        self.m = metrics
+        self.start = time.perf_counter()
+        self.last: float | None = None
+
+    def observe(self, out: RequestOutput) -> None:
+        now = time.perf_counter()
+        n = len(out.new_token_ids)
+        if self.last is None:
+            self.m.ttft.observe(now - self.start)
+            self.m.prompt_tokens.inc(out.num_prompt_tokens)
+        elif n:
+            # A step may deliver several tokens at once; spread the gap over them.
+            self.m.tpot.observe((now - self.last) / n)
+        if n or self.last is None:
+            self.last = now
+        self.m.generation_tokens.inc(n)
+        if out.finished:
+            self.m.e2e.observe(now - self.start)

@@ -1,0 +1,75 @@
+"""Run the API under uvicorn on a socket we bind ourselves.
+
+Binding first means ``--port 0`` works: the kernel picks a free port and the
+banner prints the real URL before the server starts accepting.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+
+import uvicorn
+
+from tokenmill.config import EngineConfig
+from tokenmill.serve.api import DEFAULT_MAX_BODY_BYTES, build_app
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_tokens_limit: int | None = None
+    log_level: str = "info"
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+
+
+def banner(engine, url: str) -> str:
+    inner = getattr(engine, "engine", None)  # the LLMEngine behind an AsyncEngine
+    config = inner.config if inner is not None else None
+    lines = [f"model:         {engine.model_name}"]
+    if inner is not None:
+        lines += [f"device:        {inner.device}", f"dtype:         {str(inner.dtype).removeprefix('torch.')}",
+                  (f"KV cache:      {config.num_kv_blocks} blocks x {config.block_size} tokens = "
+                   f"{config.num_kv_blocks * config.block_size} tokens")]
+    lines += [f"max_model_len: {engine.max_model_len}", f"listening on {url}"]
+    return "\n".join(lines)
+
+
+def serve(config: EngineConfig, options: ServerOptions) -> None:
+    """Load the engine, bind, serve until interrupted, then stop the engine."""
+    from tokenmill.engine.async_engine import AsyncEngine
+
+    sock = bind_socket(options.host, options.port)  # fail fast, before loading weights
+    engine = AsyncEngine.from_config(config)
+    try:
+        app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
+                        max_tokens_limit=options.max_tokens_limit)
+        print(banner(engine, url_of(sock)), flush=True)
+        uv_config = uvicorn.Config(app, log_level=options.log_level, timeout_graceful_shutdown=5)
+        uvicorn.Server(uv_config).run(sockets=[sock])
+    finally:
+        engine.shutdown()
+        sock.close()

@@ -1,0 +1,163 @@
+"""Shared fixtures: real ``tokenmill serve`` subprocesses and an in-process reference engine.
+
+Everything here is session-scoped and lazy: a test module that uses none of
+these fixtures starts no server and loads no model.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+SERVER_START_TIMEOUT_S = 180
+API_KEY = "test-secret-key"
+
+# One torch thread everywhere: on a small shared CPU, several processes each
+# spinning two OpenMP threads run ~8x slower than one thread each. The same
+# thread count also keeps the servers' float32 reductions identical to the reference.
+NUM_THREADS = 1
+# Main server: small context so "prompt too long" is cheap, room for 32 streams.
+MAIN_SERVER_ARGS = ("--max-model-len", "512", "--num-kv-blocks", "256", "--num-threads", str(NUM_THREADS))
+# Guarded server: API key, one running + one waiting request at most, capped max_tokens.
+GUARDED_SERVER_ARGS = ("--max-model-len", "512", "--num-kv-blocks", "64", "--num-threads", str(NUM_THREADS),
+                       "--api-key", API_KEY, "--max-num-seqs", "1", "--max-waiting-requests", "1",
+                       "--max-tokens-limit", "64")
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    url: str
+    log_path: Path
+    banner: str
+
+    @property
+    def v1(self) -> str:
+        return f"{self.url}/v1"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        """Unlabelled samples of /metrics, by name."""
+        text = httpx.get(f"{self.url}/metrics", timeout=10).text
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#") and "{" not in line:
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+
+def start_server(args: tuple[str, ...], log_path: Path) -> ServerProcess:
+    """Start ``tokenmill serve --port 0`` and wait for its banner and /health."""
+    with open(log_path, "w") as log_file:  # a file, not a pipe: a full pipe would block the server
+        proc = subprocess.Popen([sys.executable, "-m", "tokenmill.cli", "serve", "--port", "0", *args],
+                                stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    url = None
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+        if url is None:
+            match = re.search(r"listening on (http://\S+)", log_path.read_text(errors="replace"))
+            url = match.group(1) if match else None
+        if url is not None and _healthy(url):
+            return ServerProcess(proc, url, log_path, log_path.read_text(errors="replace"))
+        time.sleep(0.2)
+    stop_server(proc)
+    raise RuntimeError(f"server did not come up in {SERVER_START_TIMEOUT_S}s:\n{log_path.read_text()}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    srv = start_server(MAIN_SERVER_ARGS, tmp_path_factory.mktemp("server") / "serve.log")
+    yield srv
+    stop_server(srv.proc)
+
+
+@pytest.fixture(scope="session")
+def guarded_auth() -> dict[str, str]:
+    """Headers that pass the guarded server's --api-key."""
+    return {"Authorization": f"Bearer {API_KEY}"}
+
+
+@pytest.fixture(scope="session")
+def guarded_server(tmp_path_factory):
+    srv = start_server(GUARDED_SERVER_ARGS, tmp_path_factory.mktemp("guarded") / "serve.log")
+    yield srv
+    stop_server(srv.proc)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """torch's thread count is process-wide: set it only while the reference runs."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def reference_engine():
+    """The engine in-process, for the expected greedy outputs."""
+    from tokenmill.config import EngineConfig
+    from tokenmill.engine.engine import LLMEngine
+
+    with torch_threads(NUM_THREADS):
+        return LLMEngine(EngineConfig(num_kv_blocks=256, max_model_len=512, num_threads=NUM_THREADS))
+
+
+@pytest.fixture(scope="session")
+def greedy(reference_engine):
+    """greedy(prompt_or_messages, max_tokens) -> GenerationResult of the engine itself.
+
+    Messages are chat-templated exactly as the server does. Results are
+    cached: several tests compare against the same references.
+    """
+    from tokenmill.sampling_params import SamplingParams
+
+    cache = {}
+
+    def run(prompt, max_tokens: int):
+        if isinstance(prompt, list):
+            tokenizer = reference_engine.tokenizer
+            text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+            prompt = tuple(tokenizer.encode(text, add_special_tokens=False))  # the template has its BOS
+        key = (prompt, max_tokens)
+        if key not in cache:
+            params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+            engine_prompt = list(prompt) if isinstance(prompt, tuple) else prompt
+            with torch_threads(NUM_THREADS):
+                cache[key] = reference_engine.generate([engine_prompt], params)[0]
+        return cache[key]
+
+    return run
