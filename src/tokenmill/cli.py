@@ -1,4 +1,4 @@
-"""``tokenmill serve`` and ``tokenmill generate``.
+"""``tokenmill serve``, ``tokenmill generate`` and ``tokenmill bench``.
 
 Heavy modules (torch, FastAPI) are imported inside the commands so that
 ``--help`` answers at once.
@@ -12,6 +12,8 @@ import logging
 import sys
 import time
 
+from tokenmill.bench.cli_args import add_bench_args
+from tokenmill.bench.workload_args import add_workload_args
 from tokenmill.cli_args import (add_engine_args, add_generate_args, add_server_args, check_server_args,
                                 engine_config_from_args)
 
@@ -21,7 +23,7 @@ EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description="tokenmill: an LLM serving stack.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,generate}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,generate,bench}")
     serve = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server",
                            description="Serve a model over an OpenAI-compatible HTTP API "
                                        "(/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).")
@@ -34,6 +36,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(generate)
     add_generate_args(generate)
     generate.set_defaults(func=cmd_generate)
+    bench = sub.add_parser("bench", help="MLPerf scenarios (LoadGen) against the engine or any OpenAI endpoint",
+                           description="Run MLPerf LoadGen scenarios (offline, server, interactive, singlestream) "
+                                       "against the in-process engine (no --url; the model and engine flags apply) "
+                                       "or OpenAI-compatible servers (--url), report tokens/s, TTFT/TPOT "
+                                       "percentiles, LoadGen's verdict, goodput and cost; save results.json, "
+                                       "LoadGen's logs and plots under --output-dir.")
+    add_engine_args(bench)
+    add_bench_args(bench)
+    add_workload_args(bench)
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 
@@ -86,6 +98,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"requests: {len(results)}, output tokens: {tokens}, seconds: {elapsed:.2f}, "
           f"tok/s: {tokens / elapsed if elapsed > 0 else 0.0:.1f}")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from tokenmill.bench.command import cmd_bench as run
+
+    return run(args)
 
 
 def load_prompts(arguments: list[str], path: str | None, chat: bool) -> list[str | list[dict]]:

@@ -1,0 +1,83 @@
+"""One benchmark run, start to saved results: LoadGen test -> LoadGen's
+verdict -> client-side metrics -> (accuracy scores) -> results.json + plots."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from tokenmill.bench.backend import Backend
+from tokenmill.bench.driver import LoadGenDriver
+from tokenmill.bench.loadgen_log import read_summary
+from tokenmill.bench.metrics import compute_metrics
+from tokenmill.bench.results import BenchResult, Verdict
+from tokenmill.bench.settings import BenchSettings
+from tokenmill.bench.workload import Workload
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Target:
+    """A system under test and how to reach it."""
+
+    label: str
+    kind: str
+    """'engine' (in-process) or 'openai' (an HTTP endpoint)."""
+    make_backend: Callable[[], Backend]
+    """A fresh backend per run (HTTP clients are bound to the run's event loop)."""
+    url: str | None = None
+    api: str = "chat"
+    """'chat' | 'completions' for URL targets; the engine takes token ids."""
+
+    def describe(self, model: str) -> dict:
+        return {"label": self.label, "kind": self.kind, "url": self.url, "api": self.api, "model": model}
+
+
+def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, run_dir: str | Path,
+                  progress: bool = True, plots: bool = True) -> BenchResult:
+    run_dir = Path(run_dir)
+    created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    backend = target.make_backend()
+    run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
+    verdict, figures = read_summary(run_dir)
+    if settings.mode == "accuracy":
+        verdict = Verdict("ACCURACY", verdict.checks, [])
+    errors = [r for r in run.records if r.error]
+    if errors:
+        # LoadGen cannot tell a failed query from a fast one; a run with
+        # failures is not a valid measurement whatever LoadGen says.
+        first = errors[0].error
+        verdict = Verdict("INVALID", verdict.checks,
+                          [f"{len(errors)} of {len(run.records)} queries failed (first: {first})"] + verdict.reasons)
+    result = BenchResult(
+        target=target.describe(backend.model),
+        scenario=settings.scenario,
+        mode=settings.mode,
+        settings=settings.describe(len(workload.samples)),
+        workload={"name": workload.name, "description": workload.description, "params": workload.params,
+                  **workload.stats()},
+        verdict=verdict,
+        metrics=compute_metrics(run.records, settings, figures),
+        queries=run.records,
+        log_dir=str(run_dir),
+        created=created,
+    )
+    if settings.mode == "accuracy":
+        from tokenmill.bench.accuracy import score_accuracy
+        result.accuracy = score_accuracy(run_dir, workload)
+    result.save(run_dir)
+    if plots and settings.mode == "performance":
+        from tokenmill.bench.plots import plot_latency_distributions
+        plot_latency_distributions(result, run_dir / "latency.png")
+    return result
+
+
+def slug(text: str) -> str:
+    """A folder-safe name for a target label or URL."""
+    text = re.sub(r"^https?://", "", text)
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "target"

@@ -1,0 +1,161 @@
+"""LoadGen runs against HTTP endpoints: the scripted fake (exact timings and
+faults) and a real ``tokenmill serve``; plus the ``tokenmill bench`` command
+line end to end (errors, comparison, sweeps)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pytest
+from fake_openai_server import FakeOpenAIServer
+
+from tokenmill.bench.openai_backend import OpenAIBackend
+from tokenmill.bench.runner import Target, run_benchmark
+from tokenmill.bench.settings import BenchSettings
+from tokenmill.bench.workload import Sample, Workload
+
+TTFT_S, TPOT_S, TOKENS = 0.15, 0.02, 5
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenmill.model.embedded import embedded_gguf_path
+    from tokenmill.model.tokenizer import load_tokenizer
+
+    return load_tokenizer(embedded_gguf_path())
+
+
+def make_workload(tokenizer, n: int, max_tokens: int) -> Workload:
+    samples = []
+    for i in range(n):
+        text = f"Question {i}: what is {i} plus {i}?"
+        samples.append(Sample(i, text, tuple(tokenizer.encode(text)), max_tokens))
+    return Workload("http-test", samples, f"{n} short questions")
+
+
+def http_target(url: str, tokenizer, api: str = "chat") -> Target:
+    return Target(url, "openai", lambda: OpenAIBackend(url, api=api, tokenizer=tokenizer), url=url, api=api)
+
+
+def test_fake_endpoint_timings_and_counts_are_exact(tokenizer, tmp_path):
+    with FakeOpenAIServer(ttft_s=TTFT_S, tpot_s=TPOT_S, reported_completion_tokens=TOKENS + 1) as fake:
+        settings = BenchSettings(scenario="server", target_qps=10, min_duration_s=1.0, min_query_count=12)
+        result = run_benchmark(http_target(fake.url, tokenizer), make_workload(tokenizer, 6, TOKENS), settings,
+                               tmp_path, progress=False, plots=False)
+    m = result.metrics
+    assert m.num_errors == 0 and m.num_queries >= 12
+    assert all(q.output_tokens == TOKENS for q in result.queries)
+    assert m.output_tokens == TOKENS * m.num_queries
+    # The fake reports one token too many: every query is a visible mismatch.
+    assert m.usage_mismatches == m.num_queries
+    # Client-side figures: the scripted delays plus loopback/HTTP overhead.
+    assert TTFT_S * 1e3 <= m.ttft_ms.p50 <= TTFT_S * 1e3 + 40
+    assert m.tpot_ms.p50 == pytest.approx(TPOT_S * 1e3, abs=3)
+    # LoadGen's own figures (its clock, its FirstTokenComplete/QuerySamplesComplete events) agree.
+    lg_ttft_ms = float(m.loadgen["50.00 percentile first token latency (ns)"]) / 1e6
+    lg_tpot_ms = float(m.loadgen["50.00 percentile time to output token (ns)"]) / 1e6
+    assert lg_ttft_ms == pytest.approx(m.ttft_ms.p50, abs=5)
+    assert lg_tpot_ms == pytest.approx(m.tpot_ms.p50, abs=2)
+    assert (tmp_path / "mlperf_log_summary.txt").exists()
+
+
+def test_tightening_the_limits_flips_valid_to_invalid(tokenizer, tmp_path):
+    workload = make_workload(tokenizer, 8, 3)
+    # Enough queries for LoadGen's early stopping to pass at p99 (460 with none late).
+    common = dict(scenario="server", target_qps=150.0, min_duration_s=1.0, min_query_count=600)
+    with FakeOpenAIServer(ttft_s=0.03, tpot_s=0.005) as fake:
+        target = http_target(fake.url, tokenizer)
+        loose = run_benchmark(target, workload, BenchSettings(ttft_ms=1000, tpot_ms=200, **common),
+                              tmp_path / "loose", progress=False, plots=False)
+        tight = run_benchmark(target, workload, BenchSettings(ttft_ms=10, tpot_ms=200, **common),
+                              tmp_path / "tight", progress=False, plots=False)
+    assert loose.verdict.result == "VALID", loose.verdict.reasons
+    assert tight.verdict.result == "INVALID"
+    assert tight.verdict.checks["Performance constraints satisfied"] is False
+    assert any("TTFT" in r for r in tight.verdict.reasons)
+    assert tight.metrics.goodput_rps == 0.0 and loose.metrics.good_fraction > 0.95
+
+
+def test_failed_queries_make_the_run_invalid_with_the_reason(tokenizer, tmp_path):
+    with FakeOpenAIServer(ttft_s=0.01, fault="malformed_json", fault_after=2) as fake:
+        settings = BenchSettings(scenario="offline", min_duration_s=0.1)
+        result = run_benchmark(http_target(fake.url, tokenizer), make_workload(tokenizer, 4, 4), settings,
+                               tmp_path, progress=False, plots=False)
+    assert result.metrics.num_errors == 4
+    assert result.verdict.result == "INVALID"
+    assert "4 of 4 queries failed" in result.verdict.reasons[0]
+    assert "malformed JSON" in result.verdict.reasons[0]
+
+
+def test_real_tokenmill_server_both_routes(server, tokenizer, tmp_path):
+    workload = make_workload(tokenizer, 4, 6)
+    for api in ("chat", "completions"):
+        settings = BenchSettings(scenario="offline", min_duration_s=0.1)
+        result = run_benchmark(http_target(server.url, tokenizer, api), workload, settings, tmp_path / api,
+                               progress=False, plots=False)
+        m = result.metrics
+        assert m.num_errors == 0, result.verdict.reasons
+        assert m.num_queries == 4 and result.target["model"] == "SmolLM2-135M-Instruct"
+        # ignore_eos: the server made exactly 6 tokens for each (its usage says so).
+        assert all(q.usage_output_tokens == 6 for q in result.queries)
+        # The client's count re-encodes the streamed text, which can differ (an EOS
+        # generated past ignore_eos has no text); each difference is reported.
+        assert m.usage_mismatches == sum(q.output_tokens != 6 for q in result.queries)
+        assert all(0 < q.output_tokens <= 8 for q in result.queries)
+        assert float(m.loadgen["Tokens per second"]) == pytest.approx(m.tokens_per_s, rel=0.05)
+
+
+def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tokenmill.cli", "bench", "--no-progress", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+SMALL = ("--num-samples", "6", "--input-len", "16", "--output-len", "4", "--length-dist", "fixed")
+
+
+def test_cli_refused_connection_is_one_clear_line(tmp_path):
+    with socket.socket() as s:  # a port that was free a moment ago and has no listener
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _bench("--url", f"http://127.0.0.1:{port}", "--output-dir", str(tmp_path), *SMALL)
+    assert proc.returncode == 1
+    assert "cannot connect" in proc.stderr and "connection refused" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_cli_bad_flags_name_the_flag(tmp_path):
+    proc = _bench("--scenario", "server", "--url", "http://127.0.0.1:1", *SMALL)
+    assert proc.returncode == 2 and "target_qps" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _bench("--scenario", "offline", "--find-peak", "--url", "http://127.0.0.1:1", *SMALL)
+    assert proc.returncode == 2 and "find_peak" in proc.stderr
+
+
+def test_cli_compares_two_targets_and_saved_results(tmp_path):
+    with FakeOpenAIServer(ttft_s=0.01, tpot_s=0.01) as fast, FakeOpenAIServer(ttft_s=0.01, tpot_s=0.04) as slow:
+        proc = _bench("--url", fast.url, "--url", slow.url, "--scenario", "offline", "--min-duration", "0.1",
+                      "--output-dir", str(tmp_path), *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert "Comparison" in proc.stdout and "LoadGen verdict" in proc.stdout
+    runs = sorted(p for p in tmp_path.iterdir() if p.is_dir())
+    assert len(runs) == 2 and all((p / "results.json").exists() and (p / "latency.png").exists() for p in runs)
+    assert (tmp_path / "comparison.png").stat().st_size > 0
+    rates = {p.name: json.loads((p / "results.json").read_text())["metrics"]["tokens_per_s"] for p in runs}
+    assert len(set(rates.values())) == 2
+    saved = _bench("--compare", *map(str, runs), "--output-dir", str(tmp_path / "cmp"))
+    assert saved.returncode == 0, saved.stderr
+    assert "x" in saved.stdout and "output tokens/s" in saved.stdout
+
+
+def test_cli_qps_sweep_writes_curve(tmp_path):
+    with FakeOpenAIServer(ttft_s=0.01, tpot_s=0.005) as fake:
+        proc = _bench("--url", fake.url, "--scenario", "interactive", "--sweep-qps", "20,40",
+                      "--min-duration", "0.3", "--min-query-count", "8", "--output-dir", str(tmp_path), *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    folder = next(tmp_path.iterdir())
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["qps-20", "qps-40"]
+    assert (folder / "sweep.png").stat().st_size > 0
+    assert len(json.loads((folder / "sweep.json").read_text())["points"]) == 2
+    assert "target QPS" in proc.stdout
