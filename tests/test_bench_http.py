@@ -90,22 +90,36 @@ def test_failed_queries_make_the_run_invalid_with_the_reason(tokenizer, tmp_path
     assert "malformed JSON" in result.verdict.reasons[0]
 
 
-def test_real_tokenmill_server_both_routes(server, tokenizer, tmp_path):
+REAL_SERVER_RUNS = {
+    "offline-chat": ("offline", "chat", {}),
+    "offline-completions": ("offline", "completions", {}),
+    "server": ("server", "chat", {"target_qps": 4.0}),
+    "interactive": ("interactive", "chat", {"target_qps": 4.0}),
+    "singlestream": ("singlestream", "completions", {}),
+}
+
+
+@pytest.mark.parametrize("run", list(REAL_SERVER_RUNS))
+def test_real_tokenmill_server_each_scenario(run, server, tokenizer, tmp_path):
+    scenario, api, extra = REAL_SERVER_RUNS[run]
     workload = make_workload(tokenizer, 4, 6)
-    for api in ("chat", "completions"):
-        settings = BenchSettings(scenario="offline", min_duration_s=0.1)
-        result = run_benchmark(http_target(server.url, tokenizer, api), workload, settings, tmp_path / api,
-                               progress=False, plots=False)
-        m = result.metrics
-        assert m.num_errors == 0, result.verdict.reasons
-        assert m.num_queries == 4 and result.target["model"] == "SmolLM2-135M-Instruct"
-        # ignore_eos: the server made exactly 6 tokens for each (its usage says so).
-        assert all(q.usage_output_tokens == 6 for q in result.queries)
-        # The client's count re-encodes the streamed text, which can differ (an EOS
-        # generated past ignore_eos has no text); each difference is reported.
-        assert m.usage_mismatches == sum(q.output_tokens != 6 for q in result.queries)
-        assert all(0 < q.output_tokens <= 8 for q in result.queries)
-        assert float(m.loadgen["Tokens per second"]) == pytest.approx(m.tokens_per_s, rel=0.05)
+    settings = BenchSettings(scenario=scenario, min_duration_s=0.2, min_query_count=4, **extra)
+    result = run_benchmark(http_target(server.url, tokenizer, api), workload, settings, tmp_path,
+                           progress=False, plots=False)
+    m = result.metrics
+    assert m.num_errors == 0, result.verdict.reasons
+    assert m.num_queries >= 4 and result.target["model"] == "SmolLM2-135M-Instruct"
+    assert (tmp_path / "mlperf_log_summary.txt").exists()
+    # ignore_eos: the server made exactly 6 tokens for each (its usage says so).
+    assert all(q.usage_output_tokens == 6 for q in result.queries)
+    # The client's count re-encodes the streamed text, which can differ (an EOS
+    # generated past ignore_eos has no text); each difference is reported.
+    assert m.usage_mismatches == sum(q.output_tokens != 6 for q in result.queries)
+    assert all(0 < q.output_tokens <= 8 for q in result.queries)
+    assert all(q.ttft_s is not None and q.ttft_s <= q.latency_s for q in result.queries)
+    if scenario != "singlestream":
+        key = "Tokens per second" if scenario == "offline" else "Completed tokens per second"
+        assert float(m.loadgen[key]) == pytest.approx(m.tokens_per_s, rel=0.1)
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from tokenmill.bench.workload_args import add_workload_args, build_workload
-from tokenmill.bench.workload_lengths import LOGNORMAL_CAP, LengthDist
-from tokenmill.bench.workload_synthetic import SyntheticSpec
-from tokenmill.bench.workload_text import WordSource
+from tokenmill.bench.workloads.args import add_workload_args, build_workload
+from tokenmill.bench.workloads.lengths import LOGNORMAL_CAP, LengthDist
+from tokenmill.bench.workloads.synthetic import SyntheticSpec
+from tokenmill.bench.workloads.text import WordSource
 
 
 @pytest.fixture(scope="module")
@@ -391,7 +391,7 @@ def test_parser_rejects_unknown_choices():
 
 
 def test_workload_args_import_stays_light():
-    code = ("import sys, tokenmill.bench.workload_args; "
+    code = ("import sys, tokenmill.bench.workloads.args; "
             "heavy = [m for m in ('torch', 'tokenizers', 'jinja2', 'gguf') if m in sys.modules]; "
             "assert not heavy, heavy")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

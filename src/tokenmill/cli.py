@@ -13,7 +13,7 @@ import sys
 import time
 
 from tokenmill.bench.cli_args import add_bench_args
-from tokenmill.bench.workload_args import add_workload_args
+from tokenmill.bench.workloads.args import add_workload_args
 from tokenmill.cli_args import (add_engine_args, add_generate_args, add_server_args, check_server_args,
                                 engine_config_from_args)
 

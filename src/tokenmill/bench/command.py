@@ -34,7 +34,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     engine = _start_engine(args) if ENGINE_TARGET in specs else None
     try:
         tokenizer, max_len = _tokenizer_for(args, engine)
-        from tokenmill.bench.workload_args import build_workload
+        from tokenmill.bench.workloads.args import build_workload
         workload = build_workload(args, tokenizer, max_model_len=max_len)
         print(f"workload: {workload.name}: {workload.description}", file=sys.stderr)
         results = []

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from tokenmill.bench.workload import Workload
-from tokenmill.bench.workload_samples import chat_sample, check_fits, positive_int, require_int
-from tokenmill.bench.workload_text import WordSource
+from tokenmill.bench.workloads.samples import chat_sample, check_fits, positive_int, require_int
+from tokenmill.bench.workloads.text import WordSource
 
 if TYPE_CHECKING:
     from tokenmill.model.tokenizer import Tokenizer

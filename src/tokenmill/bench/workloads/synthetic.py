@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from tokenmill.bench.workload import Sample, Workload
-from tokenmill.bench.workload_lengths import LengthDist
-from tokenmill.bench.workload_samples import check_fits, positive_int, require_int
-from tokenmill.bench.workload_text import WordSource
+from tokenmill.bench.workloads.lengths import LengthDist
+from tokenmill.bench.workloads.samples import check_fits, positive_int, require_int
+from tokenmill.bench.workloads.text import WordSource
 
 if TYPE_CHECKING:
     from tokenmill.model.tokenizer import Tokenizer
@@ -40,7 +40,7 @@ class SyntheticSpec:
     output_len: int = 128
     """Mean max_tokens."""
     length_dist: str = "uniform"
-    """Shape of both length distributions (see workload_lengths.LENGTH_DISTS)."""
+    """Shape of both length distributions (see workloads.lengths.LENGTH_DISTS)."""
     range_ratio: float = 0.5
     """Spread of both distributions (uniform: +-50% of the mean)."""
     seed: int = 0

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenmill.bench.workload import Sample, Workload
-from tokenmill.bench.workload_records import read_records
-from tokenmill.bench.workload_samples import chat_sample, fits, positive_int, require_int
+from tokenmill.bench.workloads.records import read_records
+from tokenmill.bench.workloads.samples import chat_sample, fits, positive_int, require_int
 
 if TYPE_CHECKING:
     from tokenmill.model.tokenizer import Tokenizer

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tokenmill.bench.workload import Workload
-from tokenmill.bench.workload_jsonl import JsonlSpec, load_jsonl
-from tokenmill.bench.workload_lengths import LENGTH_DISTS
-from tokenmill.bench.workload_multi_turn import MultiTurnSpec, build_multi_turn
-from tokenmill.bench.workload_sharegpt import ShareGPTSpec, load_sharegpt
-from tokenmill.bench.workload_shared_prefix import SharedPrefixSpec, build_shared_prefix
-from tokenmill.bench.workload_synthetic import SyntheticSpec, build_synthetic
+from tokenmill.bench.workloads.jsonl import JsonlSpec, load_jsonl
+from tokenmill.bench.workloads.lengths import LENGTH_DISTS
+from tokenmill.bench.workloads.multi_turn import MultiTurnSpec, build_multi_turn
+from tokenmill.bench.workloads.sharegpt import ShareGPTSpec, load_sharegpt
+from tokenmill.bench.workloads.shared_prefix import SharedPrefixSpec, build_shared_prefix
+from tokenmill.bench.workloads.synthetic import SyntheticSpec, build_synthetic
 
 if TYPE_CHECKING:
     from tokenmill.model.tokenizer import Tokenizer
