@@ -15,7 +15,7 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--url", action="append", default=None, metavar="URL",
                    help="OpenAI-compatible server to benchmark (e.g. http://127.0.0.1:8000); repeat to compare "
                         f"several in one run; '{ENGINE_TARGET}' is the in-process engine. Default: the engine, "
-                        "built from the model and engine flags below")
+                        "built from the model and engine flags")
     t.add_argument("--api", choices=("chat", "completions"), default="chat",
                    help="route for URL targets: /v1/chat/completions or /v1/completions (default chat)")
     t.add_argument("--api-key", default=None, help="Bearer key for URL targets")
