@@ -99,6 +99,9 @@ class FakeBehaviour:
     """One of STREAM_FAULTS or REQUEST_FAULTS; None: behave."""
     fault_after: int = 0
     """Content chunks sent before a stream fault (capped at the request's max_tokens)."""
+    send_done: bool = True
+    """False: end a complete stream after its last chunk without ``data: [DONE]``
+    (as HF ``transformers serve`` does)."""
     api_key: str | None = None
     """When set, every route answers 401 unless sent ``Authorization: Bearer <api_key>``."""
 
@@ -361,7 +364,8 @@ class _FakeApp:
             if include_usage:
                 completion = n if b.reported_completion_tokens is None else b.reported_completion_tokens
                 yield chunk.usage(prompt_words, completion)
-            yield b"data: [DONE]\n\n"
+            if b.send_done:
+                yield b"data: [DONE]\n\n"
         finally:
             self.open_streams -= 1
 

@@ -145,6 +145,8 @@ def test_cli_bad_flags_name_the_flag(tmp_path):
     assert proc.returncode == 2 and "target_qps" in proc.stderr and "Traceback" not in proc.stderr
     proc = _bench("--scenario", "offline", "--find-peak", "--url", "http://127.0.0.1:1", *SMALL)
     assert proc.returncode == 2 and "find_peak" in proc.stderr
+    proc = _bench("--extra-body", "[1]", "--url", "http://127.0.0.1:1", *SMALL)
+    assert proc.returncode == 2 and "--extra-body" in proc.stderr and "JSON object" in proc.stderr
 
 
 def test_cli_compares_two_targets_and_saved_results(tmp_path):

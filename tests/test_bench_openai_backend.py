@@ -320,3 +320,12 @@ def test_100_concurrent_queries(fake, tokenizer):
     assert [o.usage_output_tokens for o in outcomes] == [s.max_tokens for s in samples]
     assert fake.peak_streams == 100  # all streamed at once, none queued behind another
     assert elapsed < 5.0  # serialized, they would take over 100 s
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_complete_stream_without_done_is_a_success(api, fake, tokenizer):
+    """HF `transformers serve` closes a finished stream without [DONE]: finish_reason
+    was sent, so the answer is whole; a stream cut before it stays an error (no_done)."""
+    fake.configure(send_done=False)
+    outcome, *_ = asyncio.run(one_query(fake.url, text_sample(4), api=api, tokenizer=tokenizer))
+    assert outcome.error is None and outcome.output_tokens == 4

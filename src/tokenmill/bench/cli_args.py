@@ -19,6 +19,10 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--api", choices=("chat", "completions"), default="chat",
                    help="route for URL targets: /v1/chat/completions or /v1/completions (default chat)")
     t.add_argument("--api-key", default=None, help="Bearer key for URL targets")
+    t.add_argument("--extra-body", type=_json_object, default=None, metavar="JSON",
+                   help="fields merged into every URL request; null removes one, e.g. "
+                        "'{\"ignore_eos\": null, \"generation_config\": \"{\\\"eos_token_id\\\": -1}\"}' "
+                        "for HF transformers serve, which rejects ignore_eos")
     t.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a URL query fails")
 
     s = parser.add_argument_group("scenario (MLPerf LoadGen)")
@@ -69,6 +73,18 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                    help="no run: compare saved results (results.json files or run folders) side by side")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _json_object(text: str) -> dict:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
 
 
 def _float_list(text: str) -> list[float]:

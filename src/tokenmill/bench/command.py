@@ -133,7 +133,8 @@ def make_target(spec: str, args: argparse.Namespace, engine, tokenizer) -> Targe
     from tokenmill.bench.openai_backend import OpenAIBackend
     return Target(label=spec, kind="openai", url=spec, api=args.api, make_backend=lambda: OpenAIBackend(
         spec, api=args.api, model=args.served_model_name, api_key=args.api_key, tokenizer=tokenizer,
-        timeout_s=args.request_timeout, max_connections=max(512, args.max_concurrency or 0)))
+        timeout_s=args.request_timeout, max_connections=max(512, args.max_concurrency or 0),
+        extra_body=args.extra_body))
 
 
 def _start_engine(args):

@@ -197,6 +197,7 @@ class OpenAIBackend:
         ``[DONE]``, else a one-line error. Hot path: one json.loads per event."""
         chat = self.api == "chat"
         pieces = stream.pieces
+        finished = False  # a choice carried finish_reason: the answer is complete
         lines = resp.aiter_lines()
         async for line in lines:
             if not line.startswith("data:"):
@@ -215,6 +216,7 @@ class OpenAIBackend:
                 return f"server error mid-stream after {len(pieces)} content chunks: {_error_text(chunk)}"
             try:
                 text = _chunk_text(chunk, chat)
+                finished = finished or any(c.get("finish_reason") for c in chunk.get("choices") or ())
                 usage = chunk.get("usage")
                 if usage:
                     stream.usage_completion_tokens = usage.get("completion_tokens")
@@ -225,6 +227,8 @@ class OpenAIBackend:
                 if not pieces:
                     on_first_token()
                 pieces.append(text)
+        if finished:  # HF `transformers serve` closes the stream after its last chunk, sending no [DONE]
+            return None
         return f"stream ended without [DONE] after {len(pieces)} content chunks"
 
     def _outcome(self, sample: Sample, stream: _Stream, error: str | None) -> QueryOutcome:
