@@ -11,6 +11,13 @@ ENGINE_TARGET = "engine"
 
 
 def add_bench_args(parser: argparse.ArgumentParser) -> None:
+    _add_target_args(parser)
+    _add_scenario_args(parser)
+    _add_sweep_args(parser)
+    _add_report_args(parser)
+
+
+def _add_target_args(parser: argparse.ArgumentParser) -> None:
     t = parser.add_argument_group("targets")
     t.add_argument("--url", action="append", default=None, metavar="URL",
                    help="OpenAI-compatible server to benchmark (e.g. http://127.0.0.1:8000); repeat to compare "
@@ -25,6 +32,8 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                         "for HF transformers serve, which rejects ignore_eos")
     t.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a URL query fails")
 
+
+def _add_scenario_args(parser: argparse.ArgumentParser) -> None:
     s = parser.add_argument_group("scenario (MLPerf LoadGen)")
     s.add_argument("--scenario", choices=SCENARIOS, default="offline",
                    help="offline: all queries at once; server: Poisson arrivals at --target-qps; interactive: "
@@ -51,6 +60,8 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
                    help="most queries in flight at the target; the rest wait on the client (their wait counts)")
     s.add_argument("--loadgen-seed", type=int, default=0, help="LoadGen's sample-order and arrival seed")
 
+
+def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     p = parser.add_argument_group("peak search and sweeps")
     p.add_argument("--find-peak", action="store_true",
                    help="server/interactive: search the highest target QPS that LoadGen judges VALID "
@@ -63,6 +74,8 @@ def add_bench_args(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--sweep-concurrency", type=_int_list, default=None, metavar="C1,C2,...",
                    help="one run per --max-concurrency value (offline arrivals, closed loop)")
 
+
+def _add_report_args(parser: argparse.ArgumentParser) -> None:
     r = parser.add_argument_group("report")
     r.add_argument("--output-dir", default="bench-results",
                    help="folder for run folders (results.json, LoadGen logs, plots)")

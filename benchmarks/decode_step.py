@@ -1,0 +1,47 @@
+"""Median engine decode-step time at a fixed batch (no peers; a quick probe).
+
+    python -m benchmarks.decode_step --threads 2 --batch 32
+
+Adds BATCH requests with the same 128-token prompt, runs their prefill, then
+times 30 decode steps and prints the median step and output tokens/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.sampling_params import SamplingParams
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--quantization", default=None, choices=["int8"])
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, quantization=args.quantization))
+    params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
+    for _ in range(args.batch):
+        engine.add_request(None, list(range(100, 228)), params)
+    engine.step()
+    while engine.scheduler.waiting:  # finish every prefill before timing decodes
+        engine.step()
+    times = []
+    for _ in range(args.steps):
+        t = time.perf_counter()
+        engine.step()
+        times.append(time.perf_counter() - t)
+    step = statistics.median(times)
+    print(f"threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms -> {args.batch / step:.0f} tok/s")
+
+
+if __name__ == "__main__":
+    main()
