@@ -24,7 +24,7 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--quantization", default=None, choices=["int8"])
+    ap.add_argument("--quantization", default=None, choices=["int8", "int4"])
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, quantization=args.quantization))

@@ -5,11 +5,12 @@ submitted at once to tokenmill; HF runs them in batches of --hf-batch with left
 padding. Both ignore EOS and produce exactly the requested number of tokens per
 request, so output tokens are equal on both sides; HF's extra tokens for
 padded rows are generated but not counted.
-Batch-1 decode: one request, decode tokens/s after the first token.
+Batch-1 decode: one request, decode tokens/s after the first token (with
+--b1-quantization, also on a second, quantized engine).
 Also prints the fraction of the machine's matmul peak (measured here, now)
 that the Offline run achieves.
 
-    python -m benchmarks.engine_vs_hf --num-requests 256
+    python -m benchmarks.engine_vs_hf --num-requests 256 --b1-quantization int4
 """
 
 from __future__ import annotations
@@ -127,8 +128,13 @@ def main(argv=None) -> None:
     ap.add_argument("--hf-batch", type=int, default=32)
     ap.add_argument("--decode-tokens", type=int, default=128, help="tokens for the batch-1 decode runs")
     ap.add_argument("--dtype", default="auto", help="tokenmill dtype (HF runs float32)")
-    ap.add_argument("--quantization", default=None, choices=["int8"],
-                    help="tokenmill weight-only quantization for both runs (HF stays fp32)")
+    ap.add_argument("--quantization", default=None, choices=["int8", "int4"],
+                    help="tokenmill weight-only quantization for the Offline and batch-1 runs")
+    ap.add_argument("--b1-quantization", default=None, choices=["int8", "int4"],
+                    help="also measure batch-1 decode with a second engine quantized this way "
+                         "(quantization lowers batch-1 latency but not large-batch throughput)")
+    ap.add_argument("--hf-dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="dtype of the HF transformers peer")
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--skip-hf", action="store_true", help="tokenmill only")
@@ -153,8 +159,15 @@ def main(argv=None) -> None:
     report["tokenmill_offline"]["achieved_gflops"] = flops / report["tokenmill_offline"]["seconds"] / 1e9
     prompt = work[0][0]
     report["tokenmill_decode_b1_tok_s"] = decode_rate_tokenmill(engine, prompt, args.decode_tokens)
+    if args.b1_quantization:
+        del engine
+        quantized = LLMEngine(EngineConfig(dtype=args.dtype, quantization=args.b1_quantization))
+        report[f"tokenmill_decode_b1_{args.b1_quantization}_tok_s"] = decode_rate_tokenmill(
+            quantized, prompt, args.decode_tokens)
+        del quantized
+    report["hf_dtype"] = args.hf_dtype
     if not args.skip_hf:
-        hf = load_hf(torch.float32)
+        hf = load_hf(getattr(torch, args.hf_dtype))
         report["hf_offline"] = run_hf_offline(hf, work, args.hf_batch, hf_pad_id(engine))
         report["hf_decode_b1_tok_s"] = decode_rate_hf(hf, prompt, args.decode_tokens, hf_pad_id(engine))
     print_report(report)
@@ -187,14 +200,19 @@ def print_report(r: dict) -> None:
     peak = r["peak_gflops"]
     print(f"\nmachine: {r['machine']}")
     print(f"workload: {r['workload']['requests']} requests, ~{r['workload']['mean_input']} in / "
-          f"~{r['workload']['mean_output']} out tokens; tokenmill dtype {r['tokenmill_dtype']}")
+          f"~{r['workload']['mean_output']} out tokens; tokenmill dtype {r['tokenmill_dtype']}"
+          f"{', ' + r['quantization'] if r['quantization'] else ''}; HF dtype {r['hf_dtype']}")
     print(f"{'':28}{'tokenmill':>12}{'HF generate':>14}{'ratio':>8}")
     hf = r.get("hf_offline")
     ratio = f"{tm['output_tok_s'] / hf['output_tok_s']:.2f}x" if hf else "-"
     print(f"{'Offline output tok/s':28}{tm['output_tok_s']:>12.1f}{(hf or {}).get('output_tok_s', float('nan')):>14.1f}{ratio:>8}")
     hf_b1 = r.get("hf_decode_b1_tok_s")
-    ratio = f"{r['tokenmill_decode_b1_tok_s'] / hf_b1:.2f}x" if hf_b1 else "-"
-    print(f"{'batch-1 decode tok/s':28}{r['tokenmill_decode_b1_tok_s']:>12.1f}{hf_b1 or float('nan'):>14.1f}{ratio:>8}")
+    for key, label in [("tokenmill_decode_b1_tok_s", "batch-1 decode tok/s"),
+                       ("tokenmill_decode_b1_int8_tok_s", "batch-1 decode tok/s, int8"),
+                       ("tokenmill_decode_b1_int4_tok_s", "batch-1 decode tok/s, int4")]:
+        if key in r:
+            ratio = f"{r[key] / hf_b1:.2f}x" if hf_b1 else "-"
+            print(f"{label:28}{r[key]:>12.1f}{hf_b1 or float('nan'):>14.1f}{ratio:>8}")
     print(f"matmul peak here: {peak['square']:.0f} GFLOP/s (2048^3), {peak['model_256rows']:.0f} GFLOP/s "
           f"(256x576x1536); Offline achieved {tm['achieved_gflops']:.0f} GFLOP/s = "
           f"{tm['achieved_gflops'] / peak['square']:.0%} of the square-GEMM peak")

@@ -17,6 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+# Model-level fixtures live in _reference.py; importing them here makes them
+# conftest fixtures, so every module shares one session instance of each.
+from _reference import fp32_engine, hf_reference  # noqa: F401  (fixtures)
+
 SERVER_START_TIMEOUT_S = 180
 API_KEY = "test-secret-key"
 

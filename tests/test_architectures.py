@@ -10,15 +10,9 @@ import copy
 
 import pytest
 import torch
+from _reference import paged_logits
 
-from _reference import hf_reference  # noqa: F401  (fixture)
-from tokenmill.engine.block_pool import BlockPool
-from tokenmill.engine.kv_cache_manager import KVCacheManager
-from tokenmill.engine.request import Request
-from tokenmill.engine.runner import ModelRunner
-from tokenmill.engine.scheduler import Scheduler
 from tokenmill.model.loaders import load_model
-from tokenmill.sampling_params import SamplingParams
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,26 +30,6 @@ def tiny_configs():
     return {"llama3": (llama3, transformers.LlamaForCausalLM),
             "qwen2": (qwen2, transformers.Qwen2ForCausalLM),
             "mistral": (mistral, transformers.MistralForCausalLM)}
-
-
-def paged_logits(model, token_ids, chunk):
-    """Logits for every prompt position, computed through the paged KV cache
-    in chunks of ``chunk`` tokens (so cached-context attention is exercised)."""
-    pool = BlockPool(64, 4)
-    kv = KVCacheManager(pool)
-    sched = Scheduler(kv, 4, chunk)
-    runner = ModelRunner(model, 64, 4, torch.device("cpu"), torch.float32)
-    req = Request("r", token_ids, SamplingParams(max_tokens=1))
-    sched.add(req)
-    rows = []
-    while req.num_computed_tokens < len(token_ids):
-        out = sched.schedule()
-        inputs = runner.prepare(out, kv)
-        with torch.inference_mode():
-            hidden = model(inputs.input_ids, inputs.positions, inputs.meta, runner.kv_caches)
-            rows.append(model.compute_logits(hidden))
-        sched.update(out, {"r": 0} if out.scheduled[0].samples else {})
-    return torch.cat(rows)
 
 
 @pytest.mark.parametrize("name", ["llama3", "qwen2", "mistral"])

@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from _reference import fp32_engine  # noqa: F401  (fixture)
 from tokenmill.config import EngineConfig
 from tokenmill.engine.async_engine import AsyncEngine
 from tokenmill.engine.engine import LLMEngine

@@ -12,7 +12,6 @@ after which that prompt's comparison stops.
 import pytest
 import torch
 
-from _reference import fp32_engine, hf_reference  # noqa: F401  (fixtures)
 from tokenmill.sampling_params import SamplingParams
 
 NEAR_TIE = 1e-4

@@ -27,8 +27,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                    help="model name reported by the API (default: the model's file or directory name)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
     g.add_argument("--dtype", choices=DTYPES, default="auto",
-                   help="weights/activations dtype; auto: bfloat16 on CUDA, float32 on most CPUs")
-    g.add_argument("--quantization", choices=["int8"], default=None, help="weight-only int8 linear layers")
+                   help="weights/activations dtype; auto: bfloat16 on CUDA and on CPUs with AVX512-BF16/AMX, else float32")
+    g.add_argument("--quantization", choices=["int8", "int4"], default=None,
+                   help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
+                        "lowers batch-1 latency on CPU")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-QUANTIZATIONS = (None, "int8")
+QUANTIZATIONS = (None, "int8", "int4")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ class EngineConfig:
     bfloat16 on CUDA, and on CPU float32 unless the CPU has native bf16 matmul
     (AVX512-BF16 / AMX)."""
     quantization: str | None = None
-    """None, or 'int8' for weight-only int8 linear layers (per-channel scales)."""
+    """None, 'int8' (weight-only int8 linears, per-channel scales) or 'int4'
+    (decoder linears int4 in groups of 32, GGUF Q4_1's layout; LM head int8).
+    See kernels/quantize.py."""
     max_model_len: int | None = None
     """Longest prompt + output in tokens; None: the model's context length capped
     by the KV cache capacity."""

@@ -24,6 +24,7 @@ from tokenmill.engine.runner import ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
 from tokenmill.engine.scheduler import Scheduler
 from tokenmill.errors import RequestError
+from tokenmill.kernels.quantize import quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.outputs import RequestOutput
@@ -54,9 +55,8 @@ class LLMEngine:
         loaded = load_model(source, config.load_format, self.device, self.dtype, seed=config.seed)
         self.arch = loaded.arch
         self.model = loaded.model
-        if config.quantization == "int8":
-            from tokenmill.kernels.int8_linear import quantize_model_int8
-            quantize_model_int8(self.model)
+        if config.quantization is not None:
+            quantize_model(self.model, config.quantization)
         self.tokenizer = self._load_tokenizer(config.tokenizer or loaded.tokenizer_source)
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
         self.model_name = self.config.served_model_name

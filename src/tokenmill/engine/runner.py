@@ -1,8 +1,8 @@
 """Turns a SchedulerOutput into model inputs, runs the forward pass and returns
 the logits of the requests that sample this step.
 
-Owns the KV cache tensors: per layer a (k, v) pair of [num_blocks * block_size,
-num_kv_heads, head_dim] slot arrays (slot = block * block_size + offset).
+Owns the KV cache tensors: per layer a (k, v) pair of [num_kv_heads,
+num_blocks * block_size, head_dim] slot arrays (slot = block * block_size + offset).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.scheduler import ScheduledRequest, SchedulerOutput
-from tokenmill.kernels.attention import AttentionMetadata, PrefillChunk
+from tokenmill.kernels.attention import AttentionMetadata, PrefillChunk, new_kv_cache
 from tokenmill.model.llama import LlamaForCausalLM
 
 
@@ -35,8 +35,8 @@ class ModelRunner:
         arch = model.arch
         slots = num_blocks * block_size
         self.kv_caches = [
-            (torch.zeros(slots, arch.num_kv_heads, arch.head_dim, device=device, dtype=dtype),
-             torch.zeros(slots, arch.num_kv_heads, arch.head_dim, device=device, dtype=dtype))
+            (new_kv_cache(slots, arch.num_kv_heads, arch.head_dim, device, dtype),
+             new_kv_cache(slots, arch.num_kv_heads, arch.head_dim, device, dtype))
             for _ in range(arch.num_layers)
         ]
 
@@ -97,13 +97,14 @@ class ModelRunner:
         slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
 
         nd = len(decodes)
-        decode_blocks = decode_mask = None
+        decode_blocks = decode_bias = None
         if nd:
             ctx = torch.tensor([s.start + 1 for s in decodes], device=self.device)  # [Bd]
             num_blocks = -(-int(ctx.max()) // bs)
             decode_blocks = all_tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
             span = num_blocks * bs
-            decode_mask = (torch.arange(span, device=self.device) < ctx[:, None]).view(nd, 1, 1, span)
+            outside = torch.arange(span, device=self.device) >= ctx[:, None]  # [Bd, span]
+            decode_bias = torch.zeros(nd, span, device=self.device).masked_fill_(outside, float("-inf"))
 
         chunks = []
         row = nd
@@ -120,4 +121,4 @@ class ModelRunner:
                 mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
                 chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
             row += n
-        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_mask, chunks)
+        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_bias, chunks)

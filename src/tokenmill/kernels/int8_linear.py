@@ -4,8 +4,9 @@ For batch-1 decode on CPU the step is bound by weight bytes: int8 moves a
 quarter of fp32's. torch's ``_weight_int8pack_mm`` is fast on CPU only with
 bf16 activations, so inputs are cast to bf16 for the matmul and the result back
 to the model dtype; this loses a little precision (quality is checked against
-the fp32 reference in tests and docs/PERFORMANCE.md). At large batch the fp32
-matmul is faster, so this is an opt-in latency mode (``--quantization int8``).
+the fp32 reference in tests/test_quantization.py and docs/PERFORMANCE.md).
+Applied by kernels/quantize.py (``--quantization int8``, and the LM head of
+``int4``).
 """
 
 from __future__ import annotations
@@ -43,16 +44,3 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
-
-
-def quantize_model_int8(model: nn.Module) -> None:
-    """Swap every decoder linear and the LM head for Int8Linear, in place.
-    The input embedding stays in full precision (it is a lookup, not a matmul)."""
-    compute = torch.bfloat16 if next(model.parameters()).device.type == "cpu" else next(model.parameters()).dtype
-    for layer in model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        attn.qkv_proj = Int8Linear(attn.qkv_proj, compute)
-        attn.o_proj = Int8Linear(attn.o_proj, compute)
-        mlp.gate_up_proj = Int8Linear(mlp.gate_up_proj, compute)
-        mlp.down_proj = Int8Linear(mlp.down_proj, compute)
-    model.lm_head = Int8Linear(model.lm_head, compute)

@@ -1,5 +1,12 @@
 """Llama-family decoder (Llama 2/3.x, SmolLM2, Mistral, Qwen2) over a paged KV cache.
 
+Precision: weights, matmuls, attention and the KV cache run in the model dtype;
+the residual stream is always float32 (each norm reads it in float32 and hands
+its output to the next matmul in the model dtype). A bf16 residual stream drifts
+enough to flip near-ties: on the embedded model it turned "The capital of France
+is Paris." into French babble, where the float32 residual keeps the answer at
+nearly the same cost (measured: docs/PERFORMANCE.md).
+
 Tokens of all sequences in a step are flattened into one batch ([T, hidden]),
 so every linear layer runs once per step; only attention looks at sequence
 boundaries (see kernels/attention.py). q/k/v and gate/up are fused into single
@@ -23,9 +30,10 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # One fused op; same formula as HF (mean of squares in the input dtype
-        # for fp32, which is what the parity tests run).
-        return nn.functional.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        """x: the float32 residual stream -> normalized, in the weight's dtype.
+        One fused op in float32 (HF's formula); .float() is free for fp32 weights."""
+        out = nn.functional.rms_norm(x, self.weight.shape, self.weight.float(), self.eps)
+        return out.to(self.weight.dtype)
 
 
 class Attention(nn.Module):
@@ -70,6 +78,7 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(arch)
 
     def forward(self, x, cos, sin, meta, k_cache, v_cache):
+        """x: [T, hidden] float32 residual; sublayer outputs (model dtype) are added in float32."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, k_cache, v_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -99,9 +108,10 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids, positions, meta: AttentionMetadata, kv_caches) -> torch.Tensor:
         """input_ids, positions: [T] long; kv_caches: per layer (k_cache, v_cache),
-        each [num_slots, Hkv, D]. Returns final hidden states [T, hidden]."""
+        each [Hkv, num_slots, D]. Returns final hidden states [T, hidden] in the model dtype."""
         x = self.embed_tokens(input_ids)
         dtype = x.dtype
+        x = x.float()  # [T, hidden] residual stream
         cos = self.rope_cos[positions].to(dtype).unsqueeze(1)  # [T, 1, head_dim]
         sin = self.rope_sin[positions].to(dtype).unsqueeze(1)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):

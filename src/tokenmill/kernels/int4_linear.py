@@ -1,0 +1,83 @@
+"""Weight-only int4 linear layers: groups of 32 input channels, asymmetric
+(a scale and a zero per group and output channel), the layout of GGUF's Q4_1.
+
+Why: a batch-1 decode step on CPU reads every weight once, so its time is
+weight bytes over memory bandwidth; int4 reads an eighth of fp32's bytes. For a
+model shipped as Q4_1 (the embedded SmolLM2) re-quantizing the dequantized
+weights recovers the shipped 4-bit grid: each group's min and max land on
+codes 0 and 15, so the codes come back unchanged and only the scale and zero are
+rounded, to the compute dtype (bf16 on CPU).
+
+CPU uses torch's packed kernel ``_weight_int4pack_mm_for_cpu`` with bf16
+activations. Elsewhere the weight is dequantized per call (memory saving only).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+GROUP_SIZE = 32
+
+
+def quantize_groupwise_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """weight [out, in] -> (codes int32 [out, in] in 0..15, scales [out, in/g],
+    zeros [out, in/g]), float32, with w ~= (code - 8) * scale + zero."""
+    out_f, in_f = weight.shape
+    w = weight.float().view(out_f, in_f // group_size, group_size)
+    lo, hi = w.amin(dim=-1), w.amax(dim=-1)
+    scales = ((hi - lo) / 15.0).clamp_min(1e-10)
+    codes = torch.round((w - lo[..., None]) / scales[..., None]).clamp_(0, 15).to(torch.int32)
+    zeros = lo + 8.0 * scales
+    return codes.view(out_f, in_f), scales, zeros
+
+
+def dequantize_groupwise_int4(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
+                              group_size: int = GROUP_SIZE) -> torch.Tensor:
+    """Inverse of quantize_groupwise_int4: [out, in] float32."""
+    out_f, in_f = codes.shape
+    c = codes.view(out_f, in_f // group_size, group_size).float()
+    return ((c - 8.0) * scales[..., None].float() + zeros[..., None].float()).view(out_f, in_f)
+
+
+def supports_int4(linear: nn.Linear) -> bool:
+    """The packed CPU kernel needs whole groups along the input and output
+    channels in multiples of 16."""
+    return linear.in_features % GROUP_SIZE == 0 and linear.out_features % 16 == 0
+
+
+class Int4Linear(nn.Module):
+    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype):
+        super().__init__()
+        if not supports_int4(linear):
+            raise ValueError(f"int4: needs in_features % {GROUP_SIZE} == 0 and out_features % 16 == 0, "
+                             f"got {linear.in_features} -> {linear.out_features}")
+        codes, scales, zeros = quantize_groupwise_int4(linear.weight.data)
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.compute_dtype = compute_dtype
+        self.bias = linear.bias
+        self.on_cpu = linear.weight.device.type == "cpu"
+        if self.on_cpu:
+            # Packed two codes per byte in the kernel's tiled layout: [out, in / 2] uint8.
+            self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(codes, 1))
+            # The kernel's scale/zero layout: [in / g, out, 2].
+            sz = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
+            self.register_buffer("scales_zeros", sz.to(compute_dtype))
+        else:
+            self.register_buffer("codes", codes.to(torch.uint8))
+            self.register_buffer("scales", scales.to(compute_dtype))
+            self.register_buffer("zeros", zeros.to(compute_dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1]).to(self.compute_dtype)
+        if self.on_cpu:
+            y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP_SIZE, self.scales_zeros)
+        else:
+            w = dequantize_groupwise_int4(self.codes, self.scales, self.zeros).to(self.compute_dtype)
+            y = x2 @ w.t()
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*shape[:-1], self.out_features)

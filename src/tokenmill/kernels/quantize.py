@@ -1,0 +1,46 @@
+"""Weight-only quantization of a loaded model, in place: one entry per method.
+
+- ``int8``: every decoder linear and the LM head as int8, one scale per output
+  channel.
+- ``int4``: decoder linears as int4 in groups of 32 (GGUF Q4_1's layout); the
+  LM head as per-channel int8, because the logits are the most sensitive
+  matmul (GGUF files usually keep it at 6-8 bits too). A linear whose input
+  width is not a multiple of 32 falls back to int8.
+
+The input embedding stays in full precision: it is a lookup, not a matmul.
+On CPU the quantized matmuls run with bf16 activations (torch's packed kernels
+are fast only there); on other devices weights are dequantized per call.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tokenmill.kernels.int4_linear import Int4Linear, supports_int4
+from tokenmill.kernels.int8_linear import Int8Linear
+
+METHODS = ("int8", "int4")
+
+
+def _compute_dtype(model: nn.Module) -> torch.dtype:
+    p = next(model.parameters())
+    return torch.bfloat16 if p.device.type == "cpu" else p.dtype
+
+
+def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype) -> nn.Module:
+    if method == "int4" and supports_int4(linear):
+        return Int4Linear(linear, compute)
+    return Int8Linear(linear, compute)
+
+
+def quantize_model(model: nn.Module, method: str) -> None:
+    """Swap the model's linears for quantized ones (see the module docstring)."""
+    if method not in METHODS:
+        raise ValueError(f"quantization: must be one of {METHODS}, got {method!r}")
+    compute = _compute_dtype(model)
+    for layer in model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for owner, name in ((attn, "qkv_proj"), (attn, "o_proj"), (mlp, "gate_up_proj"), (mlp, "down_proj")):
+            setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute))
+    model.lm_head = Int8Linear(model.lm_head, compute)
