@@ -1,6 +1,7 @@
 """Median engine decode-step time at a fixed batch (no peers; a quick probe).
 
     python -m benchmarks.decode_step --threads 2 --batch 32
+    python -m benchmarks.decode_step --threads 2 --batch 1 --quantization int4
 
 Adds BATCH requests with the same 128-token prompt, runs their prefill, then
 times 30 decode steps and prints the median step and output tokens/s.
@@ -25,9 +26,11 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--quantization", default=None, choices=["int8", "int4"])
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, quantization=args.quantization))
+    engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
+                                    quantization=args.quantization))
     params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)
@@ -40,7 +43,8 @@ def main(argv=None) -> None:
         engine.step()
         times.append(time.perf_counter() - t)
     step = statistics.median(times)
-    print(f"threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms -> {args.batch / step:.0f} tok/s")
+    label = f"{engine.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
+    print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms -> {args.batch / step:.0f} tok/s")
 
 
 if __name__ == "__main__":

@@ -153,12 +153,14 @@ def main(argv=None) -> None:
 
     report["peak_gflops"] = matmul_peak(engine.dtype)
     report["tokenmill_offline"] = run_tokenmill_offline(engine, work)
+    print(f"tokenmill Offline: {report['tokenmill_offline']['output_tok_s']:.1f} output tok/s", flush=True)
     processed = sum(len(p) + n for p, n in work)
     avg_ctx = args.input_len + args.output_len / 2
     flops = processed * arch.flops_per_token(int(avg_ctx / 2))
     report["tokenmill_offline"]["achieved_gflops"] = flops / report["tokenmill_offline"]["seconds"] / 1e9
     prompt = work[0][0]
     report["tokenmill_decode_b1_tok_s"] = decode_rate_tokenmill(engine, prompt, args.decode_tokens)
+    pad_id = hf_pad_id(engine)
     if args.b1_quantization:
         del engine
         quantized = LLMEngine(EngineConfig(dtype=args.dtype, quantization=args.b1_quantization))
@@ -168,8 +170,8 @@ def main(argv=None) -> None:
     report["hf_dtype"] = args.hf_dtype
     if not args.skip_hf:
         hf = load_hf(getattr(torch, args.hf_dtype))
-        report["hf_offline"] = run_hf_offline(hf, work, args.hf_batch, hf_pad_id(engine))
-        report["hf_decode_b1_tok_s"] = decode_rate_hf(hf, prompt, args.decode_tokens, hf_pad_id(engine))
+        report["hf_offline"] = run_hf_offline(hf, work, args.hf_batch, pad_id)
+        report["hf_decode_b1_tok_s"] = decode_rate_hf(hf, prompt, args.decode_tokens, pad_id)
     print_report(report)
     if args.json:
         with open(args.json, "w") as f:

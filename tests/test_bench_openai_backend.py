@@ -271,6 +271,15 @@ def test_unknown_model_lists_served_ones(fake):
     assert str(err.value) == f"model 'gpt-9' is not served by {fake.url}; it lists: fake-model, other-model"
 
 
+def test_server_listing_no_models(fake):
+    # HF `transformers serve <dir>` lists nothing but serves the pinned model.
+    fake.configure(models=())
+    with pytest.raises(BackendError, match="lists no models; name one with --served-model-name"):
+        asyncio.run(started(fake.url))
+    backend = asyncio.run(started(fake.url, model="pinned-dir"))
+    assert backend.model == "pinned-dir"
+
+
 def test_api_key(fake):
     fake.configure(api_key="sesame")
     with pytest.raises(BackendError, match="refused the request.*HTTP 401.*invalid API key.*--api-key"):

@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = "DEBUG" if args.log_level == "trace" else args.log_level.upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.log_level != "trace":
+        # httpx logs every request at INFO: a benchmark would print one line per query.
+        logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLevelName(level)))
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, OSError) as exc:  # bad flags, files or ports: no traceback

@@ -172,9 +172,11 @@ class OpenAIBackend:
         wanted = self._requested_model
         if wanted is None:
             if not listed:
-                raise BackendError(f"{self.label}/v1/models lists no models; name one with --model")
+                raise BackendError(f"{self.label}/v1/models lists no models; name one with --served-model-name")
             return listed[0]
-        if wanted not in listed:
+        # Some servers list nothing yet serve a pinned model (HF `transformers
+        # serve <dir>`): an empty list cannot contradict the name asked for.
+        if listed and wanted not in listed:
             raise BackendError(f"model {wanted!r} is not served by {self.label}; "
                                f"it lists: {', '.join(listed) or '(none)'}")
         return wanted
