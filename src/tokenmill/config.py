@@ -12,6 +12,7 @@ from dataclasses import dataclass
 LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
+ATTENTION_BACKENDS = ("auto", "cpp", "torch")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,11 @@ class EngineConfig:
     """None, 'int8' (weight-only int8 linears, per-channel scales) or 'int4'
     (decoder linears int4 in groups of 32, GGUF Q4_1's layout; LM head int8).
     See kernels/quantize.py."""
+    attention_backend: str = "auto"
+    """Decode attention: auto | cpp | torch. cpp is a C++ kernel reading KV blocks
+    in place (CPU, float32/bfloat16; compiled on first use, see
+    kernels/cpu_kernels.py); torch gathers blocks and runs batched matmuls.
+    auto: cpp where it applies and builds, torch otherwise."""
     max_model_len: int | None = None
     """Longest prompt + output in tokens; None: the model's context length capped
     by the KV cache capacity."""
@@ -64,6 +70,9 @@ class EngineConfig:
             raise ValueError(f"dtype: must be one of {DTYPES}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization: must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend: must be one of {ATTENTION_BACKENDS}, "
+                             f"got {self.attention_backend!r}")
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

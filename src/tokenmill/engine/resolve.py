@@ -36,6 +36,30 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
 
 
+def resolve_decode_kernel(backend: str, device: torch.device, dtype: torch.dtype):
+    """(backend actually used, the C++ decode attention or None).
+
+    auto: the C++ kernel on CPU for float32/bfloat16 when it builds, else torch.
+    cpp: the kernel or a ValueError saying why not. torch: always plain torch."""
+    if backend == "torch":
+        return "torch", None
+    usable = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
+    if not usable:
+        if backend == "cpp":
+            raise ValueError(f"attention_backend: cpp runs on CPU in float32 or bfloat16, "
+                             f"not {device.type} {str(dtype).removeprefix('torch.')}")
+        return "torch", None
+    from tokenmill.kernels.cpu_kernels import missing_toolchain, paged_decode_kernels
+
+    module = paged_decode_kernels()
+    if module is None:
+        if backend == "cpp":
+            raise ValueError(f"attention_backend: the C++ kernel could not be built "
+                             f"({missing_toolchain() or 'compiler error, see the log'})")
+        return "torch", None
+    return "cpp", module.paged_decode_attention
+
+
 def kv_cache_bytes(requested_gib: float | None, device: torch.device) -> int:
     if requested_gib is not None:
         return int(requested_gib * (1 << 30))

@@ -8,6 +8,7 @@ num_blocks * block_size, head_dim] slot arrays (slot = block * block_size + offs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -28,8 +29,10 @@ class ModelInputs:
 
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int,
-                 device: torch.device, dtype: torch.dtype):
+                 device: torch.device, dtype: torch.dtype, decode_kernel: Callable | None = None):
+        """decode_kernel: the C++ paged decode attention (CPU), or None for plain torch."""
         self.model = model
+        self.decode_kernel = decode_kernel
         self.device = device
         self.block_size = block_size
         arch = model.arch
@@ -97,14 +100,16 @@ class ModelRunner:
         slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
 
         nd = len(decodes)
-        decode_blocks = decode_bias = None
+        decode_blocks = decode_lens = decode_bias = None
         if nd:
-            ctx = torch.tensor([s.start + 1 for s in decodes], device=self.device)  # [Bd]
-            num_blocks = -(-int(ctx.max()) // bs)
+            longest = max(s.start for s in decodes) + 1
+            decode_lens = torch.tensor([s.start + 1 for s in decodes], device=self.device)  # [Bd]
+            num_blocks = -(-longest // bs)
             decode_blocks = all_tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
-            span = num_blocks * bs
-            outside = torch.arange(span, device=self.device) >= ctx[:, None]  # [Bd, span]
-            decode_bias = torch.zeros(nd, span, device=self.device).masked_fill_(outside, float("-inf"))
+            if self.decode_kernel is None:
+                span = num_blocks * bs
+                outside = torch.arange(span, device=self.device) >= decode_lens[:, None]  # [Bd, span]
+                decode_bias = torch.zeros(nd, span, device=self.device).masked_fill_(outside, float("-inf"))
 
         chunks = []
         row = nd
@@ -121,4 +126,5 @@ class ModelRunner:
                 mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
                 chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
             row += n
-        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_bias, chunks)
+        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_lens, decode_bias, chunks, bs,
+                                 self.decode_kernel)

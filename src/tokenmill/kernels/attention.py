@@ -10,11 +10,16 @@ sequence attends over its own slots, gathered through its block table.
 Token order in a step (set by the runner): all single-token decodes first, then
 each prefill chunk as a contiguous run. Decodes are attended in one batched
 call; each prefill chunk in its own call.
+
+Decodes take one of two paths: the C++ kernel (``meta.decode_kernel``, see
+csrc/paged_decode_attention.cpp), which reads each block in place, or plain
+torch, which gathers the blocks into a padded [Hkv, B, span, D] copy first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -40,12 +45,17 @@ class AttentionMetadata:
     """Rows [0, num_decodes) are one-token decodes."""
     decode_blocks: torch.Tensor | None
     """[num_decodes, max_blocks] long: each decode's block table, padded with 0.
-    Whole blocks are gathered (one contiguous copy per block, far cheaper than
-    per-slot indexing); the bias hides the unused tail."""
+    The torch path gathers whole blocks (one contiguous copy per block, far
+    cheaper than per-slot indexing); the bias hides the unused tail."""
+    decode_lens: torch.Tensor | None
+    """[num_decodes] long: context length of each decode, its new token included."""
     decode_bias: torch.Tensor | None
     """[num_decodes, max_blocks * block_size] float32: 0 inside each context,
-    -inf past it (added to the scores before the softmax)."""
+    -inf past it (added to the scores before the softmax). Torch path only."""
     prefills: list[PrefillChunk]
+    block_size: int
+    decode_kernel: Callable | None = None
+    """The C++ ``paged_decode_attention`` (CPU), or None for the torch path."""
 
 
 def new_kv_cache(num_slots: int, num_kv_heads: int, head_dim: int, device, dtype) -> torch.Tensor:
@@ -68,10 +78,10 @@ def paged_attention(
     v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
     n = meta.num_decodes
     if not meta.prefills:  # decode-only step: no output buffer to fill piecewise
-        return _decode_attention(q, k_cache, v_cache, meta.decode_blocks, meta.decode_bias, scale)
+        return _decode(q, k_cache, v_cache, meta, scale)
     out = torch.empty_like(q)
     if n:
-        out[:n] = _decode_attention(q[:n], k_cache, v_cache, meta.decode_blocks, meta.decode_bias, scale)
+        out[:n] = _decode(q[:n], k_cache, v_cache, meta, scale)
     for chunk in meta.prefills:
         s, e = chunk.start, chunk.end
         if chunk.context_slots is None:
@@ -89,6 +99,12 @@ def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, block_size: int) -
     hkv, _, d = cache.shape
     per_block = cache.view(hkv, -1, block_size, d)
     return per_block.index_select(1, blocks.flatten()).view(hkv, b, nb * block_size, d)
+
+
+def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    if meta.decode_kernel is not None:
+        return meta.decode_kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, meta.block_size, scale)
+    return _decode_attention(q, k_cache, v_cache, meta.decode_blocks, meta.decode_bias, scale)
 
 
 def _decode_attention(q, k_cache, v_cache, blocks, bias, scale):
@@ -110,15 +126,10 @@ def _decode_attention(q, k_cache, v_cache, blocks, bias, scale):
 
 
 def _grouped_attention(q, k, v, mask, scale):
-    """One sequence. q: [n, Hq, D]; k, v: [Hkv, L, D]; mask: [n, L] or None (causal, n == L)."""
-    n, hq, d = q.shape
-    hkv = k.shape[0]
-    g = hq // hkv
-    # [n, Hq, D] -> [Hkv, G*n, D]: rows ordered (group, position).
-    qg = q.view(n, hkv, g, d).permute(1, 2, 0, 3).reshape(hkv, g * n, d)
-    if mask is None:
-        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).tril_()
-    full_mask = mask.repeat(g, 1)  # [G*n, L]
-    o = F.scaled_dot_product_attention(qg, k, v, attn_mask=full_mask, scale=scale)
-    # [Hkv, G*n, D] -> [n, Hq, D]
-    return o.view(hkv, g, n, d).permute(2, 0, 1, 3).reshape(n, hq, d)
+    """One sequence. q: [n, Hq, D]; k, v: [Hkv, L, D]; mask: [n, L] bool or None (causal, n == L).
+    SDPA shares each KV head among its query heads (enable_gqa) and, without a
+    mask, takes its causal fast path: ~2x faster here than an explicit mask
+    repeated per query head (measured, bf16 and fp32)."""
+    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None], attn_mask=mask,
+                                       is_causal=mask is None, scale=scale, enable_gqa=True)  # [1, Hq, n, D]
+    return o[0].transpose(0, 1)  # [n, Hq, D]

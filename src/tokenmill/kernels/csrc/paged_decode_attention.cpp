@@ -1,0 +1,202 @@
+// Paged decode attention for CPU: one query token per sequence attends over
+// its KV blocks read in place through its block table (no gather copy).
+//
+// Shapes (all contiguous):
+//   q            [B, Hq, D]            float32 or bfloat16 (same dtype as the caches)
+//   k_cache      [Hkv, num_slots, D]   slot = block * block_size + offset
+//   v_cache      [Hkv, num_slots, D]
+//   block_tables [B, max_blocks]       int64
+//   context_lens [B]                   int64, 1 <= len <= max_blocks * block_size
+//   returns      [B, Hq, D]            dtype of q
+// Query head h*G + g (G = Hq / Hkv) reads KV head h, as in grouped-query attention.
+// Work item = (sequence, KV head): its G query rows share every K/V row read.
+// Scores, softmax and the output accumulate in float32.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <type_traits>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace {
+
+// ---- portable path: any head_dim, any x86/ARM compiler ---------------------
+
+template <typename T>
+inline void to_float(const T* src, float* dst, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+// One (sequence, KV head): G query rows qf [G, D] (already scaled) over L tokens.
+// Writes the normalised output rows to of [G, D]. scores: scratch of G * L floats.
+template <typename T>
+void attend_portable(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
+                     int64_t G, int64_t D, int64_t block_size, float* scores, float* row, float* of) {
+    for (int64_t t = 0; t < L; ++t) {
+        to_float(kh + (table[t / block_size] * block_size + t % block_size) * D, row, D);
+        for (int64_t g = 0; g < G; ++g) {
+            float s = 0.f;
+            for (int64_t d = 0; d < D; ++d) s += qf[g * D + d] * row[d];
+            scores[g * L + t] = s;
+        }
+    }
+    std::fill(of, of + G * D, 0.f);
+    for (int64_t g = 0; g < G; ++g) {
+        float* sg = scores + g * L;
+        const float m = *std::max_element(sg, sg + L);
+        float sum = 0.f;
+        for (int64_t t = 0; t < L; ++t) sum += (sg[t] = std::exp(sg[t] - m));
+        for (int64_t t = 0; t < L; ++t) sg[t] /= sum;
+    }
+    for (int64_t t = 0; t < L; ++t) {
+        to_float(vh + (table[t / block_size] * block_size + t % block_size) * D, row, D);
+        for (int64_t g = 0; g < G; ++g)
+            for (int64_t d = 0; d < D; ++d) of[g * D + d] += scores[g * L + t] * row[d];
+    }
+}
+
+#if defined(__AVX512F__)
+// ---- AVX-512 path: head_dim = 16 * NC, NC in {4, 8} ------------------------
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// e^x for x <= 0 (scores minus their max): 2^n * 2^f, n = round(x log2 e),
+// |f| <= 1/2, 2^f by its degree-6 Taylor series (relative error ~1e-7).
+inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.540353039e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355815e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129108e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265070e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471806e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+template <int NC, typename T>
+void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
+                   int64_t G, int64_t block_size, float* scores, float* of) {
+    constexpr int64_t D = 16 * NC;
+    for (int64_t g = 0; g < G; ++g) {
+        __m512 q[NC];
+        for (int c = 0; c < NC; ++c) q[c] = _mm512_loadu_ps(qf + g * D + 16 * c);
+        float* sg = scores + g * L;
+        for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // K rows, block by block, in place
+            const T* kb = kh + table[t0 / block_size] * block_size * D;
+            const int64_t n = std::min(block_size, L - t0);
+            for (int64_t j = 0; j < n; ++j) {
+                __m512 acc = _mm512_mul_ps(q[0], load16(kb + j * D));
+                for (int c = 1; c < NC; ++c) acc = _mm512_fmadd_ps(q[c], load16(kb + j * D + 16 * c), acc);
+                sg[t0 + j] = _mm512_reduce_add_ps(acc);
+            }
+        }
+        __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        for (int64_t t = 0; t < L; t += 16)
+            mx = _mm512_mask_max_ps(mx, tail_mask(L - t), mx, _mm512_maskz_loadu_ps(tail_mask(L - t), sg + t));
+        const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+        __m512 sum = _mm512_setzero_ps();
+        for (int64_t t = 0; t < L; t += 16) {
+            const __mmask16 k = tail_mask(L - t);
+            const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), m));
+            _mm512_mask_storeu_ps(sg + t, k, e);
+            sum = _mm512_mask_add_ps(sum, k, sum, e);
+        }
+        const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
+        __m512 acc[NC];
+        for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
+        for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // V rows, in place
+            const T* vb = vh + table[t0 / block_size] * block_size * D;
+            const int64_t n = std::min(block_size, L - t0);
+            for (int64_t j = 0; j < n; ++j) {
+                const __m512 p = _mm512_set1_ps(sg[t0 + j]);
+                for (int c = 0; c < NC; ++c) acc[c] = _mm512_fmadd_ps(p, load16(vb + j * D + 16 * c), acc[c]);
+            }
+        }
+        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(of + g * D + 16 * c, _mm512_mul_ps(acc[c], inv));
+    }
+}
+#endif
+
+// The AVX-512 path where it applies (float32/bfloat16, head_dim 64 or 128); false otherwise.
+template <typename T>
+bool attend_fast(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
+                 int64_t D, int64_t block_size, float* scores, float* of) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) {
+        if (D == 64) return attend_avx512<4>(qf, kh, vh, table, L, G, block_size, scores, of), true;
+        if (D == 128) return attend_avx512<8>(qf, kh, vh, table, L, G, block_size, scores, of), true;
+    }
+#endif
+    return false;
+}
+
+template <typename T>
+void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int64_t* tables,
+                      const int64_t* lens, T* out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
+                      int64_t num_slots, int64_t max_blocks, int64_t block_size, float scale) {
+    const int64_t G = Hq / Hkv;
+    const int64_t longest = *std::max_element(lens, lens + B);
+    at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
+        std::vector<float> qf(G * D), of(G * D), row(D), scores(G * longest);
+        for (int64_t w = begin; w < end; ++w) {
+            const int64_t b = w / Hkv, h = w % Hkv;
+            const T* qb = q + (b * Hq + h * G) * D;
+            for (int64_t i = 0; i < G * D; ++i) qf[i] = static_cast<float>(qb[i]) * scale;
+            const T* kh = k_cache + h * num_slots * D;
+            const T* vh = v_cache + h * num_slots * D;
+            const int64_t* table = tables + b * max_blocks;
+            if (!attend_fast(qf.data(), kh, vh, table, lens[b], G, D, block_size, scores.data(), of.data()))
+                attend_portable(qf.data(), kh, vh, table, lens[b], G, D, block_size, scores.data(), row.data(),
+                                of.data());
+            T* o = out + (b * Hq + h * G) * D;
+            for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[i]);
+        }
+    });
+}
+
+torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                                     torch::Tensor block_tables, torch::Tensor context_lens,
+                                     int64_t block_size, double scale) {
+    TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.dim() == 3, "q [B,Hq,D], caches [Hkv,slots,D]");
+    TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && q.scalar_type() == v_cache.scalar_type(),
+                "q and the caches must share a dtype");
+    TORCH_CHECK(block_tables.scalar_type() == torch::kLong && context_lens.scalar_type() == torch::kLong,
+                "block_tables and context_lens must be int64");
+    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
+    q = q.contiguous();
+    block_tables = block_tables.contiguous();
+    context_lens = context_lens.contiguous();
+    const int64_t B = q.size(0), Hq = q.size(1), D = q.size(2), Hkv = k_cache.size(0);
+    TORCH_CHECK(Hq % Hkv == 0 && k_cache.size(2) == D, "head counts or head_dim disagree");
+    TORCH_CHECK(block_tables.size(0) == B && context_lens.size(0) == B, "one block table and length per sequence");
+    auto out = torch::empty_like(q);
+    AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, q.scalar_type(), "paged_decode_attention", [&] {
+        decode_attention<scalar_t>(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(),
+                                   v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int64_t>(),
+                                   context_lens.data_ptr<int64_t>(), out.data_ptr<scalar_t>(), B, Hq, Hkv, D,
+                                   k_cache.size(1), block_tables.size(1), block_size, static_cast<float>(scale));
+    });
+    return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (CPU)");
+}
