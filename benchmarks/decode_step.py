@@ -38,14 +38,29 @@ def main(argv=None) -> None:
     engine.step()
     while engine.scheduler.waiting:  # finish every prefill before timing decodes
         engine.step()
-    times = []
+    kernel_s = [0.0]  # time inside the C++ decode attention, when it is in use
+    kernel = engine.runner.decode_kernel
+    if kernel is not None:
+        def timed_kernel(*a):
+            t0 = time.perf_counter()
+            out = kernel(*a)
+            kernel_s[0] += time.perf_counter() - t0
+            return out
+
+        engine.runner.decode_kernel = timed_kernel
+    times, attention = [], []
     for _ in range(args.steps):
+        kernel_s[0] = 0.0
         t = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - t)
+        attention.append(kernel_s[0])
     step = statistics.median(times)
-    label = f"{engine.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
-    print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms -> {args.batch / step:.0f} tok/s")
+    label = (f"{engine.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
+             + f" attention {engine.attention_backend}")
+    split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel is not None else ""
+    print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms{split} "
+          f"-> {args.batch / step:.0f} tok/s")
 
 
 if __name__ == "__main__":

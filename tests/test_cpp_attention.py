@@ -89,6 +89,14 @@ def test_rejects_mismatched_inputs(kernel):
         kernel(q, kc, vc, tables.int(), ctx, 16, 0.125)
     with pytest.raises(RuntimeError, match="one block table and length per sequence"):
         kernel(q, kc, vc, tables[:1], ctx, 16, 0.125)
+    with pytest.raises(RuntimeError, match="context length out of range"):
+        kernel(q, kc, vc, tables, torch.tensor([5, 0]), 16, 0.125)
+    with pytest.raises(RuntimeError, match="context length out of range"):  # longer than its table
+        kernel(q, kc, vc, tables, torch.tensor([5, tables.shape[1] * 16 + 1]), 16, 0.125)
+    bad = tables.clone()
+    bad[0, 0] = kc.shape[1] // 16  # one past the last block
+    with pytest.raises(RuntimeError, match="block id out of range"):
+        kernel(q, kc, vc, bad, ctx, 16, 0.125)
 
 
 def test_backend_resolution():

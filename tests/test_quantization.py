@@ -143,7 +143,7 @@ def test_reduced_precision_model_quality(dtype, method, fp32_engine, quality_ref
     print(f"\n{dtype} {method}: perplexity {ppl:.3f} vs fp32 {ppl_fp32:.3f} ({ppl / ppl_fp32:.3f}x) "
           f"on {len(ids)} tokens; greedy agreement {agreement:.2f}")
     assert ppl / ppl_fp32 < 1.03  # measured here: all within 1.01x
-    assert agreement >= 0.5  # measured here: bf16 0.91, int4 0.72, int8 0.57
+    assert agreement >= 0.5  # measured here: bf16 0.91, int4 0.72, int8 0.72 (0.57 before the SDPA prefill change)
     (answer,) = engine.generate([fp32_engine.tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True)],
         SamplingParams(max_tokens=16, temperature=0.0))

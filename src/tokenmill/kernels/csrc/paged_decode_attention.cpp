@@ -178,13 +178,27 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
                 "q and the caches must share a dtype");
     TORCH_CHECK(block_tables.scalar_type() == torch::kLong && context_lens.scalar_type() == torch::kLong,
                 "block_tables and context_lens must be int64");
+    TORCH_CHECK(q.device().is_cpu() && k_cache.device().is_cpu() && v_cache.device().is_cpu(), "CPU tensors only");
     TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
     q = q.contiguous();
     block_tables = block_tables.contiguous();
     context_lens = context_lens.contiguous();
     const int64_t B = q.size(0), Hq = q.size(1), D = q.size(2), Hkv = k_cache.size(0);
     TORCH_CHECK(Hq % Hkv == 0 && k_cache.size(2) == D, "head counts or head_dim disagree");
-    TORCH_CHECK(block_tables.size(0) == B && context_lens.size(0) == B, "one block table and length per sequence");
+    TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == B && context_lens.size(0) == B,
+                "one block table and length per sequence");
+    TORCH_CHECK(block_size >= 1 && k_cache.size(1) % block_size == 0 && v_cache.sizes() == k_cache.sizes(),
+                "caches must hold whole blocks and match in shape");
+    // Every block a sequence reads must lie inside the cache: a bad table would read out of bounds.
+    const int64_t max_blocks = block_tables.size(1), num_blocks = k_cache.size(1) / block_size;
+    const int64_t* lens = context_lens.data_ptr<int64_t>();
+    const int64_t* tables = block_tables.data_ptr<int64_t>();
+    for (int64_t b = 0; b < B; ++b) {
+        TORCH_CHECK(lens[b] >= 1 && lens[b] <= max_blocks * block_size, "context length out of range");
+        for (int64_t i = 0; i < (lens[b] + block_size - 1) / block_size; ++i)
+            TORCH_CHECK(tables[b * max_blocks + i] >= 0 && tables[b * max_blocks + i] < num_blocks,
+                        "block id out of range");
+    }
     auto out = torch::empty_like(q);
     AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, q.scalar_type(), "paged_decode_attention", [&] {
         decode_attention<scalar_t>(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(),
