@@ -2,8 +2,9 @@
 
 The first build on a machine takes ~45 s (g++ and ninja must be on PATH) and
 is cached under ``$TOKENMILL_KERNEL_CACHE`` (default ``~/.cache/tokenmill/kernels``)
-in a folder keyed by the source and this CPU's instruction-set flags: the code
-is compiled with ``-march=native``, so a build is never reused on another CPU.
+in a folder keyed by the source, this CPU's instruction-set flags and the torch
+and Python versions: the code is compiled with ``-march=native`` against
+torch's ABI, so a build is never reused on another CPU or torch.
 A failed build is logged once and the caller falls back to plain torch.
 """
 
@@ -37,7 +38,11 @@ def _cpu_flags() -> str:
 
 
 def _build_dir(source: bytes) -> Path:
-    key = hashlib.sha256(source + _cpu_flags().encode() + " ".join(_FLAGS).encode()).hexdigest()[:16]
+    import torch
+
+    # torch and Python versions too: the .so links against their ABI.
+    stamp = f"{_cpu_flags()}|{' '.join(_FLAGS)}|torch {torch.__version__}|{platform.python_version()}"
+    key = hashlib.sha256(source + stamp.encode()).hexdigest()[:16]
     root = Path(os.environ.get("TOKENMILL_KERNEL_CACHE", Path.home() / ".cache" / "tokenmill" / "kernels"))
     return root / key
 
