@@ -63,7 +63,7 @@ def main(argv=None) -> None:
             bias = torch.zeros(batch, span).masked_fill_(torch.arange(span)[None] >= lens[:, None], float("-inf"))
 
             def torch_path():
-                return _decode_attention(q, kc, vc, tables, bias, scale)
+                return _decode_attention(q, kc, vc, tables, bias, bs, scale)
 
             def cpp_path():
                 return kernel(q, kc, vc, tables, lens, bs, scale)

@@ -102,9 +102,9 @@ class ModelRunner:
         nd = len(decodes)
         decode_blocks = decode_lens = decode_bias = None
         if nd:
-            longest = max(s.start for s in decodes) + 1
-            decode_lens = torch.tensor([s.start + 1 for s in decodes], device=self.device)  # [Bd]
-            num_blocks = -(-longest // bs)
+            lens = [s.start + 1 for s in decodes]
+            decode_lens = torch.tensor(lens, device=self.device)  # [Bd]
+            num_blocks = -(-max(lens) // bs)
             decode_blocks = all_tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
             if self.decode_kernel is None:
                 span = num_blocks * bs

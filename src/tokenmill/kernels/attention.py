@@ -104,10 +104,10 @@ def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, block_size: int) -
 def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     if meta.decode_kernel is not None:
         return meta.decode_kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, meta.block_size, scale)
-    return _decode_attention(q, k_cache, v_cache, meta.decode_blocks, meta.decode_bias, scale)
+    return _decode_attention(q, k_cache, v_cache, meta.decode_blocks, meta.decode_bias, meta.block_size, scale)
 
 
-def _decode_attention(q, k_cache, v_cache, blocks, bias, scale):
+def _decode_attention(q, k_cache, v_cache, blocks, bias, block_size, scale):
     # q: [B, Hq, D] -> [Hkv, B, G, D]: the G query heads sharing a KV head act as
     # G query rows, so K/V are never repeated for grouped-query attention.
     # Two batched matmuls with the softmax in float32: with G query rows per
@@ -115,7 +115,6 @@ def _decode_attention(q, k_cache, v_cache, blocks, bias, scale):
     # bf16 (measured), and the float32 softmax keeps bf16 runs close to fp32.
     b, hq, d = q.shape
     hkv = k_cache.shape[0]
-    block_size = bias.shape[-1] // blocks.shape[1]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]
     kc = _gather_blocks(k_cache, blocks, block_size)  # [Hkv, B, L, D]
     vc = _gather_blocks(v_cache, blocks, block_size)

@@ -202,9 +202,8 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
     auto out = torch::empty_like(q);
     AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, q.scalar_type(), "paged_decode_attention", [&] {
         decode_attention<scalar_t>(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(),
-                                   v_cache.data_ptr<scalar_t>(), block_tables.data_ptr<int64_t>(),
-                                   context_lens.data_ptr<int64_t>(), out.data_ptr<scalar_t>(), B, Hq, Hkv, D,
-                                   k_cache.size(1), block_tables.size(1), block_size, static_cast<float>(scale));
+                                   v_cache.data_ptr<scalar_t>(), tables, lens, out.data_ptr<scalar_t>(), B, Hq, Hkv,
+                                   D, k_cache.size(1), max_blocks, block_size, static_cast<float>(scale));
     });
     return out;
 }
