@@ -12,6 +12,7 @@ and the largest difference between the two outputs.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -62,12 +63,8 @@ def main(argv=None) -> None:
             span = nb * bs
             bias = torch.zeros(batch, span).masked_fill_(torch.arange(span)[None] >= lens[:, None], float("-inf"))
 
-            def torch_path():
-                return _decode_attention(q, kc, vc, tables, bias, bs, scale)
-
-            def cpp_path():
-                return kernel(q, kc, vc, tables, lens, bs, scale)
-
+            torch_path = functools.partial(_decode_attention, q, kc, vc, tables, bias, bs, scale)
+            cpp_path = functools.partial(kernel, q, kc, vc, tables, lens, bs, scale)
             diff = (torch_path().float() - cpp_path().float()).abs().max().item()
             a, b = median_ms(torch_path), median_ms(cpp_path)
             name = str(dtype).removeprefix("torch.")

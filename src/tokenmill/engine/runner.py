@@ -7,8 +7,8 @@ num_blocks * block_size, head_dim] slot arrays (slot = block * block_size + offs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

@@ -18,8 +18,8 @@ torch, which gathers the blocks into a padded [Hkv, B, span, D] copy first.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F

@@ -78,7 +78,7 @@ def _build() -> ModuleType | None:
     try:
         return load(name="tokenmill_paged_decode", sources=[str(_SOURCE)], extra_cflags=_FLAGS,
                     build_directory=str(build_dir), verbose=False)
-    except Exception as exc:  # compiler errors, missing headers: fall back, say why
+    except Exception as exc:  # noqa: BLE001  compiler errors, missing headers: fall back, say why
         log.warning("C++ paged attention failed to build (%s); using the torch path", exc)
         return None
 
