@@ -19,7 +19,7 @@ import time
 import torch
 
 from tokenmill.kernels.attention import _decode_attention
-from tokenmill.kernels.cpu_kernels import paged_decode_kernels
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 
 
 def median_ms(fn, reps: int = 15) -> float:
@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     ap.add_argument("--cases", default="1:300,64:380,256:380", help="batch:max_len pairs")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    module = paged_decode_kernels()
+    module = load_cpu_kernels()
     if module is None:
         raise SystemExit("the C++ kernel is unavailable here (see the warning above)")
     kernel = module.paged_decode_attention

@@ -28,10 +28,12 @@ def main(argv=None) -> None:
     ap.add_argument("--quantization", default=None, choices=["int8", "int4"])
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"])
+    ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
-                                    quantization=args.quantization, attention_backend=args.attention_backend))
+                                    quantization=args.quantization, attention_backend=args.attention_backend,
+                                    fused_ops=args.fused_ops))
     params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)
@@ -57,7 +59,7 @@ def main(argv=None) -> None:
         attention.append(kernel_s[0])
     step = statistics.median(times)
     label = (f"{engine.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
-             + f" attention {engine.attention_backend}")
+             + f" attention {engine.attention_backend}, fused ops {engine.fused_ops}")
     split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel is not None else ""
     print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms{split} "
           f"-> {args.batch / step:.0f} tok/s")

@@ -11,14 +11,14 @@ import torch
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.resolve import resolve_decode_kernel
-from tokenmill.kernels.cpu_kernels import missing_toolchain, paged_decode_kernels
+from tokenmill.kernels.cpu_kernels import missing_toolchain, load_cpu_kernels
 
 pytestmark = pytest.mark.skipif(missing_toolchain() is not None, reason=f"no C++ toolchain: {missing_toolchain()}")
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    module = paged_decode_kernels()
+    module = load_cpu_kernels()
     assert module is not None, "the C++ kernel failed to build (see the warning in the log)"
     return module.paged_decode_attention
 

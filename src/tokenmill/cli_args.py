@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenmill.config import ATTENTION_BACKENDS, DTYPES, LOAD_FORMATS, EngineConfig
+from tokenmill.config import ATTENTION_BACKENDS, DTYPES, FUSED_OPS, LOAD_FORMATS, EngineConfig
 
 DEFAULT_PORT = 8000
 # Mirrors tokenmill.serve.api.DEFAULT_MAX_BODY_BYTES; repeated so --help need not import FastAPI.
@@ -34,6 +34,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="decode attention: cpp (C++ kernel reading KV blocks in place; CPU, float32/bfloat16, "
                         "compiled on first use, needs g++ and ninja) or torch; auto: cpp where it applies and builds")
+    g.add_argument("--fused-ops", choices=FUSED_OPS, default="auto",
+                   help="residual add + RMSNorm, rotary embedding and SiLU-and-mul: cpp (fused C++ kernels; CPU, "
+                        "float32/bfloat16, built with the attention kernel) or torch; auto: cpp where it applies")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")
@@ -86,7 +89,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
         served_model_name=args.served_model_name, device=args.device, dtype=args.dtype,
-        quantization=args.quantization, attention_backend=args.attention_backend,
+        quantization=args.quantization, attention_backend=args.attention_backend, fused_ops=args.fused_ops,
         max_model_len=args.max_model_len, block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
         enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,

@@ -13,6 +13,7 @@ LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
 ATTENTION_BACKENDS = ("auto", "cpp", "torch")
+FUSED_OPS = ("auto", "cpp", "torch")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class EngineConfig:
     in place (CPU, float32/bfloat16; compiled on first use, see
     kernels/cpu_kernels.py); torch gathers blocks and runs batched matmuls.
     auto: cpp where it applies and builds, torch otherwise."""
+    fused_ops: str = "auto"
+    """The decoder layer's elementwise ops (residual add + RMSNorm, rotary
+    embedding, SiLU-and-mul): auto | cpp | torch. cpp runs each as one fused C++
+    kernel (CPU, float32/bfloat16; built with the attention kernel); torch runs
+    plain torch ops. auto: cpp where it applies and builds, torch otherwise."""
     max_model_len: int | None = None
     """Longest prompt + output in tokens; None: the model's context length capped
     by the KV cache capacity."""
@@ -73,6 +79,8 @@ class EngineConfig:
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(f"attention_backend: must be one of {ATTENTION_BACKENDS}, "
                              f"got {self.attention_backend!r}")
+        if self.fused_ops not in FUSED_OPS:
+            raise ValueError(f"fused_ops: must be one of {FUSED_OPS}, got {self.fused_ops!r}")
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

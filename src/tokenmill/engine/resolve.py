@@ -41,23 +41,36 @@ def resolve_decode_kernel(backend: str, device: torch.device, dtype: torch.dtype
 
     auto: the C++ kernel on CPU for float32/bfloat16 when it builds, else torch.
     cpp: the kernel or a ValueError saying why not. torch: always plain torch."""
-    if backend == "torch":
-        return "torch", None
-    usable = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
-    if not usable:
-        if backend == "cpp":
-            raise ValueError(f"attention_backend: cpp runs on CPU in float32 or bfloat16, "
-                             f"not {device.type} {str(dtype).removeprefix('torch.')}")
-        return "torch", None
-    from tokenmill.kernels.cpu_kernels import missing_toolchain, paged_decode_kernels
+    module = _cpu_kernels("attention_backend", backend, device, dtype)
+    return ("cpp", module.paged_decode_attention) if module is not None else ("torch", None)
 
-    module = paged_decode_kernels()
-    if module is None:
+
+def resolve_layer_ops(backend: str, device: torch.device, dtype: torch.dtype):
+    """(backend actually used, the decoder layer's elementwise ops); same rules
+    as resolve_decode_kernel (kernels/layer_ops.py)."""
+    from tokenmill.kernels.layer_ops import TORCH_LAYER_OPS, cpp_layer_ops
+
+    module = _cpu_kernels("fused_ops", backend, device, dtype)
+    return ("cpp", cpp_layer_ops(module)) if module is not None else ("torch", TORCH_LAYER_OPS)
+
+
+def _cpu_kernels(field: str, backend: str, device: torch.device, dtype: torch.dtype):
+    """The compiled CPU module when ``field``'s backend should use it, else None;
+    a ValueError naming ``field`` when cpp was asked for and cannot run."""
+    if backend == "torch":
+        return None
+    if not (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)):
         if backend == "cpp":
-            raise ValueError(f"attention_backend: the C++ kernel could not be built "
-                             f"({missing_toolchain() or 'compiler error, see the log'})")
-        return "torch", None
-    return "cpp", module.paged_decode_attention
+            raise ValueError(f"{field}: cpp runs on CPU in float32 or bfloat16, "
+                             f"not {device.type} {str(dtype).removeprefix('torch.')}")
+        return None
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels, missing_toolchain
+
+    module = load_cpu_kernels()
+    if module is None and backend == "cpp":
+        raise ValueError(f"{field}: the C++ kernels could not be built "
+                         f"({missing_toolchain() or 'compiler error, see the log'})")
+    return module
 
 
 def kv_cache_bytes(requested_gib: float | None, device: torch.device) -> int:

@@ -45,7 +45,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> tuple[torch.Tensor, list[ScheduledRequest]]:
-        """Run one step. Returns (logits [S, vocab] float32, the S sampling requests)."""
+        """Run one step. Returns (logits [S, vocab] in the model dtype, the S sampling requests)."""
         inputs = self.prepare(out, kv)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
         if not inputs.sampling:

@@ -1,8 +1,11 @@
 """C++ CPU kernels, compiled on first use with torch's extension builder.
 
-The first build on a machine takes ~45 s (g++ and ninja must be on PATH) and
+One module from every source in csrc/: the paged decode attention
+(``paged_decode_attention``) and the fused elementwise ops of the decoder layer
+(``add_rms_norm``, ``silu_and_mul``, ``rotary_embedding``; see kernels/cpu_ops.py).
+The first build on a machine takes about a minute (g++ and ninja must be on PATH) and
 is cached under ``$TOKENMILL_KERNEL_CACHE`` (default ``~/.cache/tokenmill/kernels``)
-in a folder keyed by the source, this CPU's instruction-set flags and the torch
+in a folder keyed by the sources, this CPU's instruction-set flags and the torch
 and Python versions: the code is compiled with ``-march=native`` against
 torch's ABI, so a build is never reused on another CPU or torch.
 A failed build is logged once and the caller falls back to plain torch.
@@ -21,7 +24,7 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).parent / "csrc" / "paged_decode_attention.cpp"
+_CSRC = Path(__file__).parent / "csrc"
 _FLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for uses torch's OpenMP pool
 _lock = threading.Lock()
 _cached: dict[str, ModuleType | None] = {}
@@ -37,12 +40,19 @@ def _cpu_flags() -> str:
     return platform.processor()
 
 
-def _build_dir(source: bytes) -> Path:
+def _sources() -> list[Path]:
+    return sorted(_CSRC.glob("*.cpp"))
+
+
+def _build_dir() -> Path:
     import torch
 
     # torch and Python versions too: the .so links against their ABI.
     stamp = f"{_cpu_flags()}|{' '.join(_FLAGS)}|torch {torch.__version__}|{platform.python_version()}"
-    key = hashlib.sha256(source + stamp.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(stamp.encode())
+    for path in sorted(_CSRC.glob("*.[ch]*")):  # sources and headers: any edit means a rebuild
+        digest.update(path.name.encode() + path.read_bytes())
+    key = digest.hexdigest()[:16]
     root = Path(os.environ.get("TOKENMILL_KERNEL_CACHE", Path.home() / ".cache" / "tokenmill" / "kernels"))
     return root / key
 
@@ -55,35 +65,34 @@ def missing_toolchain() -> str | None:
     return None
 
 
-def paged_decode_kernels() -> ModuleType | None:
-    """The compiled module (``paged_decode_attention``), or None where it cannot be built."""
+def load_cpu_kernels() -> ModuleType | None:
+    """The compiled module, or None where it cannot be built (logged once)."""
     with _lock:
-        if "paged" not in _cached:
-            _cached["paged"] = _build()
-        return _cached["paged"]
+        if "module" not in _cached:
+            _cached["module"] = _build()
+        return _cached["module"]
 
 
 def _build() -> ModuleType | None:
     why = missing_toolchain()
     if why:
-        log.warning("C++ paged attention unavailable (%s); using the torch path", why)
+        log.warning("C++ CPU kernels unavailable (%s); using plain torch", why)
         return None
     from torch.utils.cpp_extension import load
 
-    source = _SOURCE.read_bytes()
-    build_dir = _build_dir(source)
+    build_dir = _build_dir()
     build_dir.mkdir(parents=True, exist_ok=True)
     if not any(build_dir.glob("*.so")):
-        log.info("compiling the C++ paged attention kernel for this CPU (once, ~45 s) in %s", build_dir)
+        log.info("compiling the C++ CPU kernels for this CPU (once, ~1 min) in %s", build_dir)
     try:
-        return load(name="tokenmill_paged_decode", sources=[str(_SOURCE)], extra_cflags=_FLAGS,
-                    build_directory=str(build_dir), verbose=False)
+        return load(name="tokenmill_cpu_kernels", sources=[str(p) for p in _sources()], extra_cflags=_FLAGS,
+                    extra_include_paths=[str(_CSRC)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # noqa: BLE001  compiler errors, missing headers: fall back, say why
-        log.warning("C++ paged attention failed to build (%s); using the torch path", exc)
+        log.warning("C++ CPU kernels failed to build (%s); using plain torch", exc)
         return None
 
 
 if __name__ == "__main__":  # `python -m tokenmill.kernels.cpu_kernels`: build now (make setup does)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    module = paged_decode_kernels()
-    log.info("C++ paged attention: %s", "ready" if module is not None else "unavailable, torch path in use")
+    module = load_cpu_kernels()
+    log.info("C++ CPU kernels: %s", "ready" if module is not None else "unavailable, plain torch in use")

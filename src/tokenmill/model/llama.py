@@ -10,7 +10,13 @@ nearly the same cost (measured: docs/PERFORMANCE.md).
 Tokens of all sequences in a step are flattened into one batch ([T, hidden]),
 so every linear layer runs once per step; only attention looks at sequence
 boundaries (see kernels/attention.py). q/k/v and gate/up are fused into single
-matmuls to cut per-step op count.
+matmuls to cut per-step op count. The elementwise ops (residual add + RMSNorm,
+rotary embedding, SiLU-and-mul) go through ``self.ops`` (kernels/layer_ops.py):
+plain torch, or fused C++ kernels on CPU, set by the engine.
+
+Each sublayer's output is added to the residual stream by the norm that reads
+it next (vLLM's fused add + norm): a layer returns its MLP output "pending",
+and the next layer's input norm (or the final norm) adds it.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import torch
 from torch import nn
 
 from tokenmill.kernels.attention import AttentionMetadata, paged_attention
+from tokenmill.kernels.layer_ops import TORCH_LAYER_OPS, LayerOps
 from tokenmill.model.arch import ModelArch
-from tokenmill.model.rope import apply_rope, cos_sin_table, inverse_frequencies
+from tokenmill.model.rope import cos_sin_table, inverse_frequencies
 
 
 class RMSNorm(nn.Module):
@@ -29,11 +36,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: the float32 residual stream -> normalized, in the weight's dtype.
-        One fused op in float32 (HF's formula); .float() is free for fp32 weights."""
-        out = nn.functional.rms_norm(x, self.weight.shape, self.weight.float(), self.eps)
-        return out.to(self.weight.dtype)
+    def forward(self, x: torch.Tensor, pending: torch.Tensor | None, ops: LayerOps) -> torch.Tensor:
+        """x: the float32 residual stream [T, hidden]; adds ``pending`` (a sublayer
+        output, or None) into it in place, then returns x normalized, in the
+        weight's dtype (HF's formula, in float32)."""
+        return ops.add_rms_norm(x, pending, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -45,12 +52,12 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, arch.hidden_size, bias=False)
         self.scale = self.head_dim**-0.5
 
-    def forward(self, x, cos, sin, meta: AttentionMetadata, k_cache, v_cache):
+    def forward(self, x, rope, meta: AttentionMetadata, k_cache, v_cache, ops: LayerOps):
         t = x.shape[0]
         qkv = self.qkv_proj(x)  # [T, q_size + 2 * kv_size]
         heads = self.num_heads + self.num_kv_heads
         # Rotate q and k heads together: one rope pass instead of two.
-        qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(t, heads, self.head_dim), cos, sin)
+        qk = ops.rope(qkv[:, :self.q_size + self.kv_size].view(t, heads, self.head_dim), *rope)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, Hq, D], [T, Hkv, D]
         v = qkv[:, self.q_size + self.kv_size:].reshape(t, self.num_kv_heads, self.head_dim)
         o = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # [T, Hq, D]
@@ -60,13 +67,11 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, arch: ModelArch):
         super().__init__()
-        self.intermediate = arch.intermediate_size
         self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * arch.intermediate_size, bias=False)
         self.down_proj = nn.Linear(arch.intermediate_size, arch.hidden_size, bias=False)
 
-    def forward(self, x):
-        gate, up = self.gate_up_proj(x).split(self.intermediate, dim=-1)
-        return self.down_proj(nn.functional.silu(gate) * up)
+    def forward(self, x, ops: LayerOps):
+        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))  # gate_up: [T, 2 * intermediate]
 
 
 class DecoderLayer(nn.Module):
@@ -77,10 +82,12 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, cos, sin, meta, k_cache, v_cache):
-        """x: [T, hidden] float32 residual; sublayer outputs (model dtype) are added in float32."""
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, k_cache, v_cache)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, pending, rope, meta, k_cache, v_cache, ops: LayerOps):
+        """x: [T, hidden] float32 residual stream, updated in place; pending: the
+        previous layer's MLP output not yet added to x (model dtype), None before
+        the first layer. Returns this layer's MLP output, for the next norm to add."""
+        attn_out = self.self_attn(self.input_layernorm(x, pending, ops), rope, meta, k_cache, v_cache, ops)
+        return self.mlp(self.post_attention_layernorm(x, attn_out, ops), ops)
 
 
 class LlamaForCausalLM(nn.Module):
@@ -94,6 +101,7 @@ class LlamaForCausalLM(nn.Module):
         if arch.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.max_positions = max_positions
+        self.ops = TORCH_LAYER_OPS  # elementwise ops (kernels/layer_ops.py); the engine picks the backend
         self.set_rope(inverse_frequencies(arch) if arch.rope_scaling is None or
                       arch.rope_scaling.get("rope_type") != "gguf_freq_factors" else None)
 
@@ -109,15 +117,18 @@ class LlamaForCausalLM(nn.Module):
     def forward(self, input_ids, positions, meta: AttentionMetadata, kv_caches) -> torch.Tensor:
         """input_ids, positions: [T] long; kv_caches: per layer (k_cache, v_cache),
         each [Hkv, num_slots, D]. Returns final hidden states [T, hidden] in the model dtype."""
-        x = self.embed_tokens(input_ids)
+        ops = self.ops
+        x = self.embed_tokens(input_ids)  # a fresh tensor: the layers may add into it in place
         dtype = x.dtype
         x = x.float()  # [T, hidden] residual stream
-        cos = self.rope_cos[positions].to(dtype).unsqueeze(1)  # [T, 1, head_dim]
-        sin = self.rope_sin[positions].to(dtype).unsqueeze(1)
+        rope = ops.rope_inputs(self.rope_cos, self.rope_sin, positions, dtype)
+        pending = None
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
-            x = layer(x, cos, sin, meta, k_cache, v_cache)
-        return self.norm(x)
+            pending = layer(x, pending, rope, meta, k_cache, v_cache, ops)
+        return self.norm(x, pending, ops)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: [N, hidden] -> logits [N, vocab] in float32."""
-        return self.lm_head(hidden).float()
+        """hidden: [N, hidden] -> logits [N, vocab] in the model dtype. Not widened
+        here: the sampler's greedy path takes the argmax as it is (exact), and its
+        other paths widen to float32 themselves."""
+        return self.lm_head(hidden)

@@ -11,7 +11,9 @@
 // Query head h*G + g (G = Hq / Hkv) reads KV head h, as in grouped-query attention.
 // Work item = (sequence, KV head): its G query rows share every K/V row read.
 // Scores, softmax and the output accumulate in float32.
-#include <torch/extension.h>
+#include "ops.h"
+#include "vec.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -19,10 +21,6 @@
 #include <cmath>
 #include <limits>
 #include <vector>
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
 
 namespace {
 
@@ -64,30 +62,9 @@ void attend_portable(const float* qf, const T* kh, const T* vh, const int64_t* t
 #if defined(__AVX512F__)
 // ---- AVX-512 path: head_dim = 16 * NC, NC in {4, 8} ------------------------
 
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-// e^x for x <= 0 (scores minus their max): 2^n * 2^f, n = round(x log2 e),
-// |f| <= 1/2, 2^f by its degree-6 Taylor series (relative error ~1e-7).
-inline __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
-    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_set1_ps(1.540353039e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355815e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129108e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265070e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471806e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
-    return _mm512_scalef_ps(p, n);
-}
-
-inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+using tokenmill::exp16;
+using tokenmill::load16;
+using tokenmill::tail_mask;
 
 template <int NC, typename T>
 void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
@@ -170,7 +147,9 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
     });
 }
 
-torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+}  // namespace
+
+torch::Tensor tokenmill::paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor context_lens,
                                      int64_t block_size, double scale) {
     TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.dim() == 3, "q [B,Hq,D], caches [Hkv,slots,D]");
@@ -206,10 +185,4 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
                                    D, k_cache.size(1), max_blocks, block_size, static_cast<float>(scale));
     });
     return out;
-}
-
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.def("paged_decode_attention", &paged_decode_attention, "paged decode attention (CPU)");
 }

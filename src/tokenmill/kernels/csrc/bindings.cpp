@@ -1,0 +1,10 @@
+// One Python module for every CPU kernel (see ops.h; docs in kernels/cpu_ops.py).
+#include "ops.h"
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("paged_decode_attention", &tokenmill::paged_decode_attention, "paged decode attention (CPU)");
+    m.def("add_rms_norm", &tokenmill::add_rms_norm, "residual += delta, then RMSNorm (CPU)",
+          pybind11::arg("residual"), pybind11::arg("delta"), pybind11::arg("weight"), pybind11::arg("eps"));
+    m.def("silu_and_mul", &tokenmill::silu_and_mul, "silu(gate) * up over [T, 2I] (CPU)");
+    m.def("rotary_embedding", &tokenmill::rotary_embedding, "rotary embedding in place, HF layout (CPU)");
+}

@@ -1,0 +1,180 @@
+// Fused elementwise kernels for the CPU decoder layer: each replaces a chain of
+// 3-6 torch ops (and their temporaries and dtype casts) with one pass over the
+// data, computed in float32 and rounded once to the storage dtype.
+//
+//   add_rms_norm     residual [T, H] float32 (updated in place), delta [T, H]
+//                    (dtype of weight, or none), weight [H] -> out [T, H] dtype of weight
+//                    residual += delta; out = residual * rsqrt(mean(residual^2) + eps) * weight
+//   silu_and_mul     gate_up [T, 2I] -> out [T, I]: silu(gate_up[:, :I]) * gate_up[:, I:]
+//   rotary_embedding x [T, heads, D] (any row stride, heads and D dense), cos/sin [T, D]
+//                    float32 -> x rotated in place, Hugging Face layout (rotate_half of
+//                    two halves): x * cos + cat(-x2, x1) * sin
+// Rows are split across torch's intra-op threads.
+#include "ops.h"
+#include "vec.h"
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+namespace {
+
+constexpr int64_t kRowsPerTask = 16;  // rows are ~1-6K floats: smaller tasks cost more to hand out than to run
+
+template <typename T>
+void add_rms_norm_row(float* x, const T* d, const T* w, T* o, int64_t H, float eps) {
+    int64_t j = 0;
+    float ss = 0.f;
+#if defined(__AVX512F__)
+    if constexpr (tokenmill::has_vec16<T>) {
+        __m512 acc = _mm512_setzero_ps();
+        for (; j + 16 <= H; j += 16) {
+            __m512 v = tokenmill::load16(x + j);
+            if (d) {
+                v = _mm512_add_ps(v, tokenmill::load16(d + j));
+                _mm512_storeu_ps(x + j, v);
+            }
+            acc = _mm512_fmadd_ps(v, v, acc);
+        }
+        ss = _mm512_reduce_add_ps(acc);
+    }
+#endif
+    for (; j < H; ++j) {
+        if (d) x[j] += static_cast<float>(d[j]);
+        ss += x[j] * x[j];
+    }
+    const float r = 1.f / std::sqrt(ss / static_cast<float>(H) + eps);
+    j = 0;
+#if defined(__AVX512F__)
+    if constexpr (tokenmill::has_vec16<T>) {
+        const __m512 rv = _mm512_set1_ps(r);
+        for (; j + 16 <= H; j += 16)
+            tokenmill::store16(o + j, _mm512_mul_ps(_mm512_mul_ps(tokenmill::load16(x + j), rv), tokenmill::load16(w + j)));
+    }
+#endif
+    for (; j < H; ++j) o[j] = static_cast<T>(x[j] * r * static_cast<float>(w[j]));
+}
+
+template <typename T>
+void silu_and_mul_row(const T* g, const T* u, T* o, int64_t I) {
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    if constexpr (tokenmill::has_vec16<T>) {
+        const __m512 one = _mm512_set1_ps(1.f);
+        for (; j + 16 <= I; j += 16) {
+            const __m512 gv = tokenmill::load16(g + j);
+            const __m512 e = tokenmill::exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));  // e^-g
+            tokenmill::store16(o + j, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), tokenmill::load16(u + j)));
+        }
+    }
+#endif
+    for (; j < I; ++j) {
+        const float gv = static_cast<float>(g[j]);
+        o[j] = static_cast<T>(gv / (1.f + std::exp(-gv)) * static_cast<float>(u[j]));
+    }
+}
+
+template <typename T>
+void rotate_head(T* x, const float* c, const float* s, int64_t half) {
+    T* x2p = x + half;
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    if constexpr (tokenmill::has_vec16<T>) {
+        for (; j + 16 <= half; j += 16) {
+            const __m512 x1 = tokenmill::load16(x + j), x2 = tokenmill::load16(x2p + j);
+            const __m512 o1 = _mm512_sub_ps(_mm512_mul_ps(x1, _mm512_loadu_ps(c + j)),
+                                            _mm512_mul_ps(x2, _mm512_loadu_ps(s + j)));
+            const __m512 o2 = _mm512_add_ps(_mm512_mul_ps(x2, _mm512_loadu_ps(c + half + j)),
+                                            _mm512_mul_ps(x1, _mm512_loadu_ps(s + half + j)));
+            tokenmill::store16(x + j, o1);
+            tokenmill::store16(x2p + j, o2);
+        }
+    }
+#endif
+    for (; j < half; ++j) {
+        const float x1 = static_cast<float>(x[j]), x2 = static_cast<float>(x2p[j]);
+        x[j] = static_cast<T>(x1 * c[j] - x2 * s[j]);
+        x2p[j] = static_cast<T>(x2 * c[half + j] + x1 * s[half + j]);
+    }
+}
+
+void check_cpu(const torch::Tensor& t, const char* name) {
+    TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
+}
+
+}  // namespace
+
+torch::Tensor tokenmill::add_rms_norm(torch::Tensor residual, std::optional<torch::Tensor> delta,
+                                      torch::Tensor weight, double eps) {
+    check_cpu(residual, "residual");
+    check_cpu(weight, "weight");
+    TORCH_CHECK(residual.dim() == 2 && residual.scalar_type() == torch::kFloat && residual.is_contiguous(),
+                "residual must be a contiguous float32 [T, H] tensor");
+    const int64_t T = residual.size(0), H = residual.size(1);
+    TORCH_CHECK(weight.dim() == 1 && weight.size(0) == H, "weight must be [H] with H = residual.size(1)");
+    weight = weight.contiguous();
+    if (delta) {
+        check_cpu(*delta, "delta");
+        TORCH_CHECK(delta->sizes() == residual.sizes(), "delta must have the residual's shape");
+        TORCH_CHECK(delta->scalar_type() == weight.scalar_type(), "delta must have the weight's dtype");
+        delta = delta->contiguous();
+    }
+    auto out = torch::empty({T, H}, residual.options().dtype(weight.scalar_type()));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::BFloat16, at::ScalarType::Half, weight.scalar_type(),
+                                    "add_rms_norm", [&] {
+        float* x = residual.data_ptr<float>();
+        const scalar_t* d = delta ? delta->data_ptr<scalar_t>() : nullptr;
+        const scalar_t* w = weight.data_ptr<scalar_t>();
+        scalar_t* o = out.data_ptr<scalar_t>();
+        at::parallel_for(0, T, kRowsPerTask, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i)
+                add_rms_norm_row<scalar_t>(x + i * H, d ? d + i * H : nullptr, w, o + i * H, H, static_cast<float>(eps));
+        });
+    });
+    return out;
+}
+
+torch::Tensor tokenmill::silu_and_mul(torch::Tensor gate_up) {
+    check_cpu(gate_up, "gate_up");
+    TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(1) % 2 == 0, "gate_up must be [T, 2I]");
+    gate_up = gate_up.contiguous();
+    const int64_t T = gate_up.size(0), I = gate_up.size(1) / 2;
+    auto out = torch::empty({T, I}, gate_up.options());
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::BFloat16, at::ScalarType::Half, gate_up.scalar_type(),
+                                    "silu_and_mul", [&] {
+        const scalar_t* gu = gate_up.data_ptr<scalar_t>();
+        scalar_t* o = out.data_ptr<scalar_t>();
+        at::parallel_for(0, T, kRowsPerTask, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) silu_and_mul_row<scalar_t>(gu + i * 2 * I, gu + i * 2 * I + I, o + i * I, I);
+        });
+    });
+    return out;
+}
+
+torch::Tensor tokenmill::rotary_embedding(torch::Tensor x, torch::Tensor cos, torch::Tensor sin) {
+    check_cpu(x, "x");
+    check_cpu(cos, "cos");
+    check_cpu(sin, "sin");
+    TORCH_CHECK(x.dim() == 3, "x must be [T, heads, D]");
+    const int64_t T = x.size(0), heads = x.size(1), D = x.size(2);
+    TORCH_CHECK(D % 2 == 0, "head_dim must be even");
+    TORCH_CHECK(x.stride(2) == 1 && x.stride(1) == D, "x's heads and head_dim must be dense (rows may be strided)");
+    TORCH_CHECK(cos.scalar_type() == torch::kFloat && sin.scalar_type() == torch::kFloat, "cos/sin must be float32");
+    TORCH_CHECK(cos.dim() == 2 && cos.size(0) == T && cos.size(1) == D && sin.sizes() == cos.sizes(),
+                "cos/sin must be [T, D]");
+    cos = cos.contiguous();
+    sin = sin.contiguous();
+    const int64_t row_stride = x.stride(0);
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::BFloat16, at::ScalarType::Half, x.scalar_type(),
+                                    "rotary_embedding", [&] {
+        scalar_t* base = x.data_ptr<scalar_t>();
+        const float* c = cos.data_ptr<float>();
+        const float* s = sin.data_ptr<float>();
+        at::parallel_for(0, T, kRowsPerTask, [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end; ++t)
+                for (int64_t h = 0; h < heads; ++h)
+                    rotate_head<scalar_t>(base + t * row_stride + h * D, c + t * D, s + t * D, D / 2);
+        });
+    });
+    return x;
+}

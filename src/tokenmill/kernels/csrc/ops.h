@@ -1,0 +1,21 @@
+// The CPU kernels' entry points, bound to Python in bindings.cpp.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <optional>
+
+namespace tokenmill {
+
+// paged_decode_attention.cpp
+torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
+                                     torch::Tensor block_tables, torch::Tensor context_lens,
+                                     int64_t block_size, double scale);
+
+// fused_ops.cpp
+torch::Tensor add_rms_norm(torch::Tensor residual, std::optional<torch::Tensor> delta, torch::Tensor weight,
+                           double eps);
+torch::Tensor silu_and_mul(torch::Tensor gate_up);
+torch::Tensor rotary_embedding(torch::Tensor x, torch::Tensor cos, torch::Tensor sin);
+
+}  // namespace tokenmill

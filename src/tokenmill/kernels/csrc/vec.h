@@ -1,0 +1,65 @@
+// Shared helpers for the CPU kernels: 16-lane float32 loads/stores that widen
+// bfloat16 on the way in and round it (to nearest even) on the way out, and a
+// vectorised exp. Compute is float32 whatever the storage dtype.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tokenmill {
+
+// Storage dtypes with 16-lane load16/store16 below (other dtypes take scalar loops).
+template <typename T>
+constexpr bool has_vec16 = std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>;
+
+}  // namespace tokenmill
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+namespace tokenmill {
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+inline void store16(c10::BFloat16* p, __m512 v) {
+#if defined(__AVX512BF16__)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+#else
+    // Round to nearest even on the upper 16 bits; NaNs stay quiet NaNs.
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+    rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+#endif
+}
+
+// e^x for x in [-87, 88]: 2^n * 2^f, n = round(x log2 e), |f| <= 1/2, 2^f by its
+// degree-6 Taylor series (relative error ~1e-7). Below -87 it returns ~e^-87
+// (not 0), which callers treat as 0 next to their other terms; above 88, +inf.
+inline __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+    const __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_set1_ps(1.540353039e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.333355815e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129108e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265070e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471806e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+}
+
+inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+}  // namespace tokenmill
+#endif

@@ -1,0 +1,67 @@
+"""The decoder layer's elementwise ops behind one interface, in two
+implementations with the same signatures:
+
+- ``TORCH_LAYER_OPS``: plain torch, any device (CUDA's path, and CPU's when the
+  C++ kernels cannot be built);
+- ``cpp_layer_ops(module)``: fused C++ kernels for CPU (kernels/csrc/fused_ops.cpp),
+  one pass over the data per op, float32 math rounded once to the model dtype.
+
+Each fused op replaces 3-6 torch ops and their temporaries; on the embedded
+model that is ~20 fewer dispatches per layer per step, the larger share of a
+batch-1 CPU step that is not matmul (measured: docs/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch.nn.functional as F
+
+from tokenmill.model.rope import apply_rope
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    name: str
+    """"torch" or "cpp"."""
+    add_rms_norm: Callable
+    """(residual [T, H] float32, delta [T, H] or None, weight [H], eps) -> [T, H] in
+    the weight's dtype. Adds delta into residual in place, then RMSNorm."""
+    silu_and_mul: Callable
+    """(gate_up [T, 2I]) -> [T, I] = silu(gate_up[:, :I]) * gate_up[:, I:]."""
+    rope_inputs: Callable
+    """(cos_table, sin_table [max_positions, D] float32, positions [T], dtype) ->
+    (cos, sin) in the form ``rope`` takes; computed once per forward pass."""
+    rope: Callable
+    """(x [T, heads, D], cos, sin) -> x rotated (HF layout). May rotate x in place
+    and return it; callers use the returned tensor."""
+
+
+def _torch_add_rms_norm(residual, delta, weight, eps):
+    if delta is not None:
+        residual.add_(delta)
+    return F.rms_norm(residual, weight.shape, weight.float(), eps).to(weight.dtype)
+
+
+def _torch_silu_and_mul(gate_up):
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _torch_rope_inputs(cos_table, sin_table, positions, dtype):
+    return cos_table[positions].to(dtype).unsqueeze(1), sin_table[positions].to(dtype).unsqueeze(1)  # [T, 1, D]
+
+
+TORCH_LAYER_OPS = LayerOps("torch", _torch_add_rms_norm, _torch_silu_and_mul, _torch_rope_inputs, apply_rope)
+
+
+def _cpp_rope_inputs(cos_table, sin_table, positions, dtype):
+    return cos_table[positions], sin_table[positions]  # [T, D] float32: the kernel rotates in float32
+
+
+def cpp_layer_ops(module: ModuleType) -> LayerOps:
+    """The fused ops of the compiled CPU module (kernels/cpu_kernels.py)."""
+    return LayerOps("cpp", module.add_rms_norm, module.silu_and_mul, _cpp_rope_inputs, module.rotary_embedding)
+
