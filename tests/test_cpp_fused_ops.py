@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tokenmill.config import EngineConfig
-from tokenmill.engine.resolve import resolve_layer_ops
+from tokenmill.engine.resolve import resolve_fused_ops
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels, missing_toolchain
-from tokenmill.kernels.layer_ops import TORCH_LAYER_OPS, cpp_layer_ops
+from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, cpp_fused_ops
 from tokenmill.model.rope import apply_rope
 
 pytestmark = pytest.mark.skipif(missing_toolchain() is not None, reason=f"no C++ toolchain: {missing_toolchain()}")
@@ -22,7 +22,7 @@ TOL = {torch.float32: 2e-6, torch.bfloat16: 1e-2}  # bf16: one rounding of the o
 def ops():
     module = load_cpu_kernels()
     assert module is not None, "the C++ kernels failed to build (see the warning in the log)"
-    return cpp_layer_ops(module)
+    return cpp_fused_ops(module)
 
 
 def randn(*shape, dtype=torch.float32, seed=0, scale=1.0):
@@ -46,7 +46,7 @@ def test_add_rms_norm(ops, h, t, dtype, with_delta):
     torch.testing.assert_close(x.double(), expect_x, atol=1e-6, rtol=1e-6)  # the residual was updated in place
     torch.testing.assert_close(out.double(), expect, atol=TOL[dtype], rtol=TOL[dtype])
     torch_x = residual.clone()
-    torch.testing.assert_close(out, TORCH_LAYER_OPS.add_rms_norm(torch_x, delta, weight, 1e-5),
+    torch.testing.assert_close(out, TORCH_FUSED_OPS.add_rms_norm(torch_x, delta, weight, 1e-5),
                                atol=TOL[dtype], rtol=TOL[dtype])
 
 
@@ -99,12 +99,12 @@ def test_rejects_bad_inputs(ops):
 
 def test_backend_resolution():
     cpu = torch.device("cpu")
-    assert resolve_layer_ops("torch", cpu, torch.float32) == ("torch", TORCH_LAYER_OPS)
-    name, chosen = resolve_layer_ops("auto", cpu, torch.bfloat16)
+    assert resolve_fused_ops("torch", cpu, torch.float32) == ("torch", TORCH_FUSED_OPS)
+    name, chosen = resolve_fused_ops("auto", cpu, torch.bfloat16)
     assert name == "cpp" and chosen.name == "cpp"
-    assert resolve_layer_ops("auto", cpu, torch.float16) == ("torch", TORCH_LAYER_OPS)
+    assert resolve_fused_ops("auto", cpu, torch.float16) == ("torch", TORCH_FUSED_OPS)
     with pytest.raises(ValueError, match="fused_ops: cpp runs on CPU in float32 or bfloat16"):
-        resolve_layer_ops("cpp", cpu, torch.float16)
+        resolve_fused_ops("cpp", cpu, torch.float16)
     with pytest.raises(ValueError, match="fused_ops: must be one of"):
         EngineConfig(fused_ops="triton")
 
@@ -123,3 +123,24 @@ def test_engine_greedy_tokens_match_torch_ops():
         assert engine.fused_ops == backend and engine.model.ops.name == backend
         tokens[backend] = [r.token_ids for r in engine.generate(prompts, params)]
     assert tokens["cpp"] == tokens["torch"]
+
+
+@pytest.mark.parametrize("v", [49152, 100, 7])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_argmax_matches_torch_including_ties(ops, v, dtype):
+    logits = randn(9, v, dtype=dtype, seed=6)
+    logits[1, v // 3] = logits[1, v - 1] = 50.0  # a tie: the lower index wins
+    logits[2] = -float("inf")  # all -inf: index 0, like torch
+    logits[3, -1] = 60.0  # the max in the last column (the scalar tail when v % 16 != 0)
+    logits[4, :] = 1.0  # all equal
+    padded = torch.cat([logits, torch.zeros(9, 5, dtype=dtype)], dim=1)[:, :v]  # strided rows, as the sampler slices
+    for x in (logits, padded):
+        assert ops.argmax(x).tolist() == x.float().argmax(dim=-1).tolist()
+    assert ops.argmax(logits)[1] == v // 3
+
+
+def test_engine_sampler_uses_the_fused_argmax():
+    from tokenmill.engine.engine import LLMEngine
+
+    engine = LLMEngine(EngineConfig(dtype="bfloat16", fused_ops="cpp", num_kv_blocks=16, max_model_len=64))
+    assert engine.sampler.argmax is engine.model.ops.argmax

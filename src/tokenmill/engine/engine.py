@@ -20,7 +20,7 @@ from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.output_processor import RequestTextState
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (kv_cache_bytes, resolve_decode_kernel, resolve_device, resolve_dtype,
-                                      resolve_layer_ops)
+                                      resolve_fused_ops)
 from tokenmill.engine.runner import ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
 from tokenmill.engine.scheduler import Scheduler
@@ -68,9 +68,9 @@ class LLMEngine:
         self.kv = KVCacheManager(self.pool, c.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, c.max_num_seqs, c.max_num_batched_tokens)
         self.attention_backend, decode_kernel = resolve_decode_kernel(c.attention_backend, self.device, self.dtype)
-        self.fused_ops, self.model.ops = resolve_layer_ops(c.fused_ops, self.device, self.dtype)
+        self.fused_ops, self.model.ops = resolve_fused_ops(c.fused_ops, self.device, self.dtype)
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel)
-        self.sampler = Sampler(self.arch.vocab_size, seed=c.seed)
+        self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax)
         self.requests: dict[str, Request] = {}
         self.text_states: dict[str, RequestTextState] = {}
         self.num_prompt_tokens = 0

@@ -45,13 +45,13 @@ def resolve_decode_kernel(backend: str, device: torch.device, dtype: torch.dtype
     return ("cpp", module.paged_decode_attention) if module is not None else ("torch", None)
 
 
-def resolve_layer_ops(backend: str, device: torch.device, dtype: torch.dtype):
+def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype):
     """(backend actually used, the decoder layer's elementwise ops); same rules
-    as resolve_decode_kernel (kernels/layer_ops.py)."""
-    from tokenmill.kernels.layer_ops import TORCH_LAYER_OPS, cpp_layer_ops
+    as resolve_decode_kernel (kernels/fused_ops.py)."""
+    from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, cpp_fused_ops
 
     module = _cpu_kernels("fused_ops", backend, device, dtype)
-    return ("cpp", cpp_layer_ops(module)) if module is not None else ("torch", TORCH_LAYER_OPS)
+    return ("cpp", cpp_fused_ops(module)) if module is not None else ("torch", TORCH_FUSED_OPS)
 
 
 def _cpu_kernels(field: str, backend: str, device: torch.device, dtype: torch.dtype):

@@ -19,12 +19,14 @@ tokens depend only on its own logits and seed, never on the batch or its row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import torch
 
+from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS
 from tokenmill.outputs import TokenLogprob
 from tokenmill.sampling_params import SamplingParams
 
@@ -55,9 +57,12 @@ def make_generator(seed: int | None) -> torch.Generator | None:
 
 
 class Sampler:
-    def __init__(self, vocab_size: int, seed: int = 0):
+    def __init__(self, vocab_size: int, seed: int = 0, argmax: Callable | None = None):
+        """argmax: the all-greedy batch's row argmax (FusedOps.argmax: the C++ one
+        reads bf16 logits directly on CPU); None: torch's."""
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
+        self.argmax = argmax or TORCH_FUSED_OPS.argmax
 
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
@@ -68,7 +73,7 @@ class Sampler:
         params = [r.params for r in rows]
         if all(p.greedy and not p.uses_penalties and p.logprobs is None for p in params):
             # bf16 -> float32 is exact, so the argmax needs no conversion.
-            return SamplerOutput(logits.argmax(dim=-1).tolist(), [None] * len(rows))
+            return SamplerOutput(self.argmax(logits).tolist(), [None] * len(rows))
         x = logits.float()  # [R, V]
         if any(p.uses_penalties for p in params):
             x = x.clone(memory_format=torch.contiguous_format)  # never touch the caller's tensor

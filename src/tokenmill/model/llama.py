@@ -11,7 +11,7 @@ Tokens of all sequences in a step are flattened into one batch ([T, hidden]),
 so every linear layer runs once per step; only attention looks at sequence
 boundaries (see kernels/attention.py). q/k/v and gate/up are fused into single
 matmuls to cut per-step op count. The elementwise ops (residual add + RMSNorm,
-rotary embedding, SiLU-and-mul) go through ``self.ops`` (kernels/layer_ops.py):
+rotary embedding, SiLU-and-mul) go through ``self.ops`` (kernels/fused_ops.py):
 plain torch, or fused C++ kernels on CPU, set by the engine.
 
 Each sublayer's output is added to the residual stream by the norm that reads
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from tokenmill.kernels.attention import AttentionMetadata, paged_attention
-from tokenmill.kernels.layer_ops import TORCH_LAYER_OPS, LayerOps
+from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, FusedOps
 from tokenmill.model.arch import ModelArch
 from tokenmill.model.rope import cos_sin_table, inverse_frequencies
 
@@ -36,7 +36,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor, pending: torch.Tensor | None, ops: LayerOps) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pending: torch.Tensor | None, ops: FusedOps) -> torch.Tensor:
         """x: the float32 residual stream [T, hidden]; adds ``pending`` (a sublayer
         output, or None) into it in place, then returns x normalized, in the
         weight's dtype (HF's formula, in float32)."""
@@ -52,7 +52,7 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, arch.hidden_size, bias=False)
         self.scale = self.head_dim**-0.5
 
-    def forward(self, x, rope, meta: AttentionMetadata, k_cache, v_cache, ops: LayerOps):
+    def forward(self, x, rope, meta: AttentionMetadata, k_cache, v_cache, ops: FusedOps):
         t = x.shape[0]
         qkv = self.qkv_proj(x)  # [T, q_size + 2 * kv_size]
         heads = self.num_heads + self.num_kv_heads
@@ -70,7 +70,7 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * arch.intermediate_size, bias=False)
         self.down_proj = nn.Linear(arch.intermediate_size, arch.hidden_size, bias=False)
 
-    def forward(self, x, ops: LayerOps):
+    def forward(self, x, ops: FusedOps):
         return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))  # gate_up: [T, 2 * intermediate]
 
 
@@ -82,7 +82,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, pending, rope, meta, k_cache, v_cache, ops: LayerOps):
+    def forward(self, x, pending, rope, meta, k_cache, v_cache, ops: FusedOps):
         """x: [T, hidden] float32 residual stream, updated in place; pending: the
         previous layer's MLP output not yet added to x (model dtype), None before
         the first layer. Returns this layer's MLP output, for the next norm to add."""
@@ -101,7 +101,7 @@ class LlamaForCausalLM(nn.Module):
         if arch.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.max_positions = max_positions
-        self.ops = TORCH_LAYER_OPS  # elementwise ops (kernels/layer_ops.py); the engine picks the backend
+        self.ops = TORCH_FUSED_OPS  # elementwise ops (kernels/fused_ops.py); the engine picks the backend
         self.set_rope(inverse_frequencies(arch) if arch.rope_scaling is None or
                       arch.rope_scaling.get("rope_type") != "gguf_freq_factors" else None)
 

@@ -1,14 +1,15 @@
-"""The decoder layer's elementwise ops behind one interface, in two
-implementations with the same signatures:
+"""The forward pass's elementwise ops (and greedy sampling's row argmax)
+behind one interface, in two implementations with the same signatures:
 
-- ``TORCH_LAYER_OPS``: plain torch, any device (CUDA's path, and CPU's when the
+- ``TORCH_FUSED_OPS``: plain torch, any device (CUDA's path, and CPU's when the
   C++ kernels cannot be built);
-- ``cpp_layer_ops(module)``: fused C++ kernels for CPU (kernels/csrc/fused_ops.cpp),
+- ``cpp_fused_ops(module)``: fused C++ kernels for CPU (kernels/csrc/fused_ops.cpp),
   one pass over the data per op, float32 math rounded once to the model dtype.
 
 Each fused op replaces 3-6 torch ops and their temporaries; on the embedded
 model that is ~20 fewer dispatches per layer per step, the larger share of a
-batch-1 CPU step that is not matmul (measured: docs/PERFORMANCE.md).
+batch-1 CPU step that is not matmul. The argmax reads bf16 logits as they are:
+torch's bf16 argmax is scalar on CPU (measured: docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tokenmill.model.rope import apply_rope
 
 
 @dataclass(frozen=True)
-class LayerOps:
+class FusedOps:
     name: str
     """"torch" or "cpp"."""
     add_rms_norm: Callable
@@ -37,6 +38,8 @@ class LayerOps:
     rope: Callable
     """(x [T, heads, D], cos, sin) -> x rotated (HF layout). May rotate x in place
     and return it; callers use the returned tensor."""
+    argmax: Callable
+    """(logits [R, V]) -> [R] long: each row's first maximal index (greedy sampling)."""
 
 
 def _torch_add_rms_norm(residual, delta, weight, eps):
@@ -54,14 +57,20 @@ def _torch_rope_inputs(cos_table, sin_table, positions, dtype):
     return cos_table[positions].to(dtype).unsqueeze(1), sin_table[positions].to(dtype).unsqueeze(1)  # [T, 1, D]
 
 
-TORCH_LAYER_OPS = LayerOps("torch", _torch_add_rms_norm, _torch_silu_and_mul, _torch_rope_inputs, apply_rope)
+def _torch_argmax(logits):
+    return logits.argmax(dim=-1)
+
+
+TORCH_FUSED_OPS = FusedOps("torch", _torch_add_rms_norm, _torch_silu_and_mul, _torch_rope_inputs, apply_rope,
+                           _torch_argmax)
 
 
 def _cpp_rope_inputs(cos_table, sin_table, positions, dtype):
     return cos_table[positions], sin_table[positions]  # [T, D] float32: the kernel rotates in float32
 
 
-def cpp_layer_ops(module: ModuleType) -> LayerOps:
+def cpp_fused_ops(module: ModuleType) -> FusedOps:
     """The fused ops of the compiled CPU module (kernels/cpu_kernels.py)."""
-    return LayerOps("cpp", module.add_rms_norm, module.silu_and_mul, _cpp_rope_inputs, module.rotary_embedding)
+    return FusedOps("cpp", module.add_rms_norm, module.silu_and_mul, _cpp_rope_inputs, module.rotary_embedding,
+                    module.argmax_rows)
 
