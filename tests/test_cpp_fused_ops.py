@@ -95,6 +95,8 @@ def test_rejects_bad_inputs(ops):
         ops.rope(torch.zeros(2, 3, 64), torch.zeros(2, 64, dtype=torch.float64), torch.zeros(2, 64))
     with pytest.raises(RuntimeError, match="cos/sin must be \\[T, D\\]"):
         ops.rope(torch.zeros(2, 3, 64), torch.zeros(3, 64), torch.zeros(3, 64))
+    with pytest.raises(RuntimeError, match="x must be float32, bfloat16 or float16"):
+        ops.argmax(torch.zeros(2, 8, dtype=torch.float64))
 
 
 def test_backend_resolution():
@@ -135,8 +137,11 @@ def test_argmax_matches_torch_including_ties(ops, v, dtype):
     logits[4, :] = 1.0  # all equal
     padded = torch.cat([logits, torch.zeros(9, 5, dtype=dtype)], dim=1)[:, :v]  # strided rows, as the sampler slices
     for x in (logits, padded):
-        assert ops.argmax(x).tolist() == x.float().argmax(dim=-1).tolist()
-    assert ops.argmax(logits)[1] == v // 3
+        index, ties = ops.argmax(x)
+        assert index.tolist() == x.float().argmax(dim=-1).tolist()
+        assert ties.tolist() == TORCH_FUSED_OPS.argmax(x)[1].tolist()
+    index, ties = ops.argmax(logits)
+    assert index[1] == v // 3 and ties[1] == 2 and ties[4] == v and ties[3] == 1
 
 
 def test_engine_sampler_uses_the_fused_argmax():
@@ -144,3 +149,23 @@ def test_engine_sampler_uses_the_fused_argmax():
 
     engine = LLMEngine(EngineConfig(dtype="bfloat16", fused_ops="cpp", num_kv_blocks=16, max_model_len=64))
     assert engine.sampler.argmax is engine.model.ops.argmax
+
+
+def test_exact_logits_are_the_unrounded_lm_head():
+    """bf16 model: exact_logits equals compute_logits before its rounding (within
+    float32 summation order), plain and int8-quantized heads alike."""
+    from tokenmill.engine.engine import LLMEngine
+
+    for quantization in (None, "int8"):
+        engine = LLMEngine(EngineConfig(dtype="bfloat16", quantization=quantization, num_kv_blocks=16,
+                                        max_model_len=64))
+        hidden = randn(3, engine.arch.hidden_size, dtype=torch.bfloat16, seed=7)
+        rounded = engine.model.compute_logits(hidden)  # [3, V] bf16
+        columns = torch.tensor([0, 17, 504, engine.arch.vocab_size - 1])
+        for r in range(3):
+            exact = engine.model.exact_logits(hidden[r], columns)
+            assert exact.dtype == torch.float32
+            torch.testing.assert_close(exact.bfloat16(), rounded[r, columns], atol=0, rtol=2 ** -7)
+            if quantization is None:
+                reference = engine.model.lm_head.weight[columns].double() @ hidden[r].double()
+                torch.testing.assert_close(exact.double(), reference, atol=1e-4, rtol=1e-5)

@@ -95,6 +95,33 @@ def test_greedy_ties_go_to_lowest_id():
     assert out.token_ids == [3, 4]
 
 
+def test_bf16_greedy_ties_are_broken_by_the_exact_logits():
+    """Columns 2 and 5 round to the same bf16 maximum in both rows; the exact
+    logits say 5 in row 0 and 2 in row 1 (a genuine exact tie would keep the first)."""
+    exact = torch.zeros(2, 8)
+    exact[0, [2, 5]] = torch.tensor([10.01, 10.03])
+    exact[1, [2, 5]] = torch.tensor([10.03, 10.01])
+    logits = exact.bfloat16()
+    assert logits[0, 2] == logits[0, 5] and logits[1, 2] == logits[1, 5]
+    asked = []
+
+    def exact_logits(r, columns):
+        asked.append((r, columns.tolist()))
+        return exact[r, columns]
+
+    greedy = SamplingParams(temperature=0.0)
+    out = Sampler(8)(logits, [row(greedy), row(greedy)], exact_logits)
+    assert out.token_ids == [5, 2]
+    assert asked == [(0, [2, 5]), (1, [2, 5])]  # only the tied columns were recomputed
+    # The same rows beside a sampled one (the mixed path) pick the same tokens.
+    mixed = torch.cat([logits, logits[:1]])
+    out = Sampler(8)(mixed, [row(greedy), row(greedy), row(SamplingParams(temperature=1.0))], exact_logits)
+    assert out.token_ids[:2] == [5, 2]
+    # Float32 logits are exact: no recomputation, the first maximum wins.
+    assert Sampler(8)(logits[:1].float(), [row(greedy)], exact_logits).token_ids == [2]
+    assert len(asked) == 4
+
+
 def test_penalties_match_reference():
     vocab = 60
     logits = rand_logits(5, vocab, 1)

@@ -164,8 +164,8 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if not out:
             return []
-        logits, sampling = self.runner.execute(out, self.kv)
-        sampled, logprobs = self._sample(logits, sampling)
+        logits, hidden, sampling = self.runner.execute(out, self.kv)
+        sampled, logprobs = self._sample(logits, hidden, sampling)
         # Prompt tokens computed this step (prefix hits excluded, recomputes included).
         self.num_prompt_tokens += sum(min(s.num_new_tokens, max(s.request.num_prompt_tokens - s.start, 0))
                                       for s in out.scheduled)
@@ -173,12 +173,12 @@ class LLMEngine:
         self.num_generation_tokens += len(advanced)
         return [self._emit(req, logprobs.get(req.request_id)) for req in advanced]
 
-    def _sample(self, logits, sampling):
+    def _sample(self, logits, hidden, sampling):
         if not sampling:
             return {}, {}
         rows = [SamplingRow(s.request.params, s.request.prompt_token_ids, s.request.output_token_ids,
                             s.request.generator) for s in sampling]
-        result = self.sampler(logits, rows)
+        result = self.sampler(logits, rows, lambda row, columns: self.model.exact_logits(hidden[row], columns))
         ids = [s.request.request_id for s in sampling]
         sampled = dict(zip(ids, result.token_ids))
         logprobs = {rid: lp for rid, lp in zip(ids, result.logprobs) if lp is not None}

@@ -44,14 +44,16 @@ class ModelRunner:
         ]
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> tuple[torch.Tensor, list[ScheduledRequest]]:
-        """Run one step. Returns (logits [S, vocab] in the model dtype, the S sampling requests)."""
+    def execute(self, out: SchedulerOutput, kv: KVCacheManager
+                ) -> tuple[torch.Tensor, torch.Tensor, list[ScheduledRequest]]:
+        """Run one step. Returns (logits [S, vocab] in the model dtype, the final
+        hidden rows they came from [S, hidden], the S sampling requests)."""
         inputs = self.prepare(out, kv)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
-        if not inputs.sampling:
-            return hidden.new_empty((0, self.model.arch.vocab_size), dtype=torch.float32), []
-        logits = self.model.compute_logits(hidden[inputs.sample_rows])
-        return logits, inputs.sampling
+        hidden = hidden[inputs.sample_rows]
+        if not inputs.sampling:  # every row is a prefill chunk short of its prompt's end
+            return hidden.new_empty((0, self.model.arch.vocab_size)), hidden, []
+        return self.model.compute_logits(hidden), hidden, inputs.sampling
 
     def prepare(self, out: SchedulerOutput, kv: KVCacheManager) -> ModelInputs:
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
@@ -98,6 +100,12 @@ class ModelRunner:
             torch.arange(len(lengths), device=self.device),
             torch.tensor(lengths, device=self.device))
         slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
+        if self.decode_kernel is not None:
+            # Every token is one query row over its own context (its position + 1
+            # tokens, all in the cache once this step's K/V are written): decodes
+            # and prefill chunks, cached context or not, in one kernel call.
+            return AttentionMetadata(slot_mapping, len(pos), all_tables[row_of_token], pos + 1, None, [], bs,
+                                     self.decode_kernel)
 
         nd = len(decodes)
         decode_blocks = decode_lens = decode_bias = None
@@ -106,10 +114,9 @@ class ModelRunner:
             decode_lens = torch.tensor(lens, device=self.device)  # [Bd]
             num_blocks = -(-max(lens) // bs)
             decode_blocks = all_tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
-            if self.decode_kernel is None:
-                span = num_blocks * bs
-                outside = torch.arange(span, device=self.device) >= decode_lens[:, None]  # [Bd, span]
-                decode_bias = torch.zeros(nd, span, device=self.device).masked_fill_(outside, float("-inf"))
+            span = num_blocks * bs
+            outside = torch.arange(span, device=self.device) >= decode_lens[:, None]  # [Bd, span]
+            decode_bias = torch.zeros(nd, span, device=self.device).masked_fill_(outside, float("-inf"))
 
         chunks = []
         row = nd
@@ -126,5 +133,4 @@ class ModelRunner:
                 mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
                 chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
             row += n
-        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_lens, decode_bias, chunks, bs,
-                                 self.decode_kernel)
+        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_lens, decode_bias, chunks, bs)

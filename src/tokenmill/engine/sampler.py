@@ -2,7 +2,8 @@
 
 Order per row: penalties on the raw logits -> logprobs -> temperature ->
 top-k -> top-p -> min-p -> draw. Greedy rows (temperature 0) take the argmax
-of the penalized logits (ties go to the lowest id).
+of the penalized logits (ties go to the lowest id); without penalties, a tie
+that bf16/fp16 rounding made is broken by the exact logits (Sampler._greedy).
 
 Logprobs are the "processed" kind: log-softmax of the penalized logits, before
 temperature and truncation, i.e. the model's distribution as OpenAI clients
@@ -58,35 +59,59 @@ def make_generator(seed: int | None) -> torch.Generator | None:
 
 class Sampler:
     def __init__(self, vocab_size: int, seed: int = 0, argmax: Callable | None = None):
-        """argmax: the all-greedy batch's row argmax (FusedOps.argmax: the C++ one
+        """argmax: greedy rows' argmax with tie counts (FusedOps.argmax: the C++ one
         reads bf16 logits directly on CPU); None: torch's."""
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
         self.argmax = argmax or TORCH_FUSED_OPS.argmax
 
     @torch.inference_mode()
-    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """logits: [R, >= vocab] (extra columns are padding); one token per row."""
+    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
+                 exact_logits: Callable | None = None) -> SamplerOutput:
+        """logits: [R, >= vocab] (extra columns are padding); one token per row.
+        exact_logits(row, columns [k]) -> float32 [k]: that row's logits for those
+        columns as the model computes them before rounding to its dtype; greedy
+        rows use it to break ties that bf16/fp16 rounding made (see _greedy)."""
         if not rows:
             return SamplerOutput([], [])
         logits = logits[:, :self.vocab_size]  # [R, V]
         params = [r.params for r in rows]
         if all(p.greedy and not p.uses_penalties and p.logprobs is None for p in params):
-            # bf16 -> float32 is exact, so the argmax needs no conversion.
-            return SamplerOutput(self.argmax(logits).tolist(), [None] * len(rows))
+            return SamplerOutput(self._greedy(logits, list(range(len(rows))), exact_logits).tolist(),
+                                 [None] * len(rows))
         x = logits.float()  # [R, V]
         if any(p.uses_penalties for p in params):
             x = x.clone(memory_format=torch.contiguous_format)  # never touch the caller's tensor
             apply_penalties(x, rows)
         tokens = torch.empty(len(rows), dtype=torch.long, device=x.device)  # [R]
-        greedy = [i for i, p in enumerate(params) if p.greedy]
+        plain = [i for i, p in enumerate(params) if p.greedy and not p.uses_penalties]
+        penalized = [i for i, p in enumerate(params) if p.greedy and p.uses_penalties]
         sampled = [i for i, p in enumerate(params) if not p.greedy]
-        if greedy:
-            tokens[greedy] = _take_rows(x, greedy).argmax(dim=-1)
+        if plain:  # the same call as the all-greedy path: a row's token never depends on the batch
+            tokens[plain] = self._greedy(_take_rows(logits, plain), plain, exact_logits)
+        if penalized:
+            tokens[penalized] = _take_rows(x, penalized).argmax(dim=-1)
         if sampled:
             tokens[sampled] = self._sample(_take_rows(x, sampled), [rows[i] for i in sampled])
         token_ids = tokens.tolist()
         return SamplerOutput(token_ids, compute_logprobs(x, params, token_ids))
+
+    def _greedy(self, logits: torch.Tensor, row_ids: list[int], exact_logits: Callable | None) -> torch.Tensor:
+        """logits: [G, V] rows ``row_ids`` of the batch -> [G] argmax ids.
+
+        In bf16 a logit keeps 8 significant bits (a step of 0.0625 at 10-16), so
+        distinct top logits often round to the same value; the first id would
+        then win by id order alone. Rounding is monotone, so the true maximum is
+        always among the columns tied at the rounded maximum: the row's tied
+        columns are recomputed exactly and the largest wins (first on exact ties).
+        Float32 logits are exact already."""
+        index, ties = self.argmax(logits)
+        if exact_logits is None or logits.dtype == torch.float32:
+            return index
+        for j in torch.nonzero(ties > 1).flatten().tolist():  # only rows whose maximum is tied
+            cols = torch.nonzero(logits[j] == logits[j, index[j]]).flatten()
+            index[j] = cols[exact_logits(row_ids[j], cols).argmax()]
+        return index
 
     def _sample(self, x: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         """x: [S, V] penalized logits of non-greedy rows (may be a view) -> [S] token ids."""

@@ -8,12 +8,15 @@ without a copy. Each step writes the new tokens' K/V at their slots, then every
 sequence attends over its own slots, gathered through its block table.
 
 Token order in a step (set by the runner): all single-token decodes first, then
-each prefill chunk as a contiguous run. Decodes are attended in one batched
-call; each prefill chunk in its own call.
+each prefill chunk as a contiguous run.
 
-Decodes take one of two paths: the C++ kernel (``meta.decode_kernel``, see
-csrc/paged_decode_attention.cpp), which reads each block in place, or plain
-torch, which gathers the blocks into a padded [Hkv, B, span, D] copy first.
+Two paths, chosen by the runner:
+- the C++ kernel (``meta.decode_kernel``, csrc/paged_decode_attention.cpp):
+  every token of the step is one query row over its own context (position + 1
+  tokens) read in place through its sequence's block table, decodes and
+  prefill chunks alike, in one call (``num_decodes`` = all rows, no prefills);
+- plain torch: decodes in one batched call that gathers their blocks into a
+  padded [Hkv, B, span, D] copy first; each prefill chunk in its own SDPA call.
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor
     """[num_tokens] long: cache slot each new token's K/V is written to."""
     num_decodes: int
-    """Rows [0, num_decodes) are one-token decodes."""
+    """Rows [0, num_decodes) are single query rows (one-token decodes; every row
+    on the C++ kernel path)."""
     decode_blocks: torch.Tensor | None
-    """[num_decodes, max_blocks] long: each decode's block table, padded with 0.
+    """[num_decodes, max_blocks] long: each row's block table, padded with 0.
     The torch path gathers whole blocks (one contiguous copy per block, far
     cheaper than per-slot indexing); the bias hides the unused tail."""
     decode_lens: torch.Tensor | None
-    """[num_decodes] long: context length of each decode, its new token included."""
+    """[num_decodes] long: context length of each row, its own token included."""
     decode_bias: torch.Tensor | None
     """[num_decodes, max_blocks * block_size] float32: 0 inside each context,
     -inf past it (added to the scores before the softmax). Torch path only."""

@@ -39,7 +39,9 @@ class FusedOps:
     """(x [T, heads, D], cos, sin) -> x rotated (HF layout). May rotate x in place
     and return it; callers use the returned tensor."""
     argmax: Callable
-    """(logits [R, V]) -> [R] long: each row's first maximal index (greedy sampling)."""
+    """(logits [R, V]) -> (index [R] long: each row's first maximal column, ties [R]
+    long: how many columns hold that maximum). Greedy sampling; ties > 1 in a
+    bf16 row are usually rounding, which the sampler resolves (sampler.py)."""
 
 
 def _torch_add_rms_norm(residual, delta, weight, eps):
@@ -58,7 +60,8 @@ def _torch_rope_inputs(cos_table, sin_table, positions, dtype):
 
 
 def _torch_argmax(logits):
-    return logits.argmax(dim=-1)
+    index = logits.argmax(dim=-1)
+    return index, (logits == logits.gather(1, index[:, None])).sum(dim=-1)
 
 
 TORCH_FUSED_OPS = FusedOps("torch", _torch_add_rms_norm, _torch_silu_and_mul, _torch_rope_inputs, apply_rope,

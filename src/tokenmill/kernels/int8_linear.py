@@ -44,3 +44,11 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
+
+    def exact_columns(self, x: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """x: [in] one input row; columns: [k] -> float32 [k]: forward's outputs for
+        those columns without the rounding to the compute dtype (same inputs: x in
+        the compute dtype, int8 weights times their scales)."""
+        w = self.qweight[columns].float() * self.scales[columns].float()[:, None]  # [k, in]
+        out = w @ x.to(self.compute_dtype).float()
+        return out if self.bias is None else out + self.bias[columns].float()

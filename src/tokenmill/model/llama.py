@@ -132,3 +132,13 @@ class LlamaForCausalLM(nn.Module):
         here: the sampler's greedy path takes the argmax as it is (exact), and its
         other paths widen to float32 themselves."""
         return self.lm_head(hidden)
+
+    def exact_logits(self, hidden: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """hidden: [hidden] one row of compute_logits' input; columns: [k] long ->
+        float32 [k]: those logits accumulated and returned in float32, i.e.
+        compute_logits before its rounding to the model dtype."""
+        head = self.lm_head
+        if hasattr(head, "exact_columns"):  # quantized heads (kernels/int8_linear.py)
+            return head.exact_columns(hidden, columns)
+        out = head.weight[columns].float() @ hidden.float()
+        return out if head.bias is None else out + head.bias[columns].float()

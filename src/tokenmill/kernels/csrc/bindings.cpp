@@ -7,5 +7,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pybind11::arg("residual"), pybind11::arg("delta"), pybind11::arg("weight"), pybind11::arg("eps"));
     m.def("silu_and_mul", &tokenmill::silu_and_mul, "silu(gate) * up over [T, 2I] (CPU)");
     m.def("rotary_embedding", &tokenmill::rotary_embedding, "rotary embedding in place, HF layout (CPU)");
-    m.def("argmax_rows", &tokenmill::argmax_rows, "index of each row's max, lowest on ties (CPU)");
+    m.def("argmax_rows", &tokenmill::argmax_rows, "(first index of each row's max, how many columns hold it) (CPU)");
 }

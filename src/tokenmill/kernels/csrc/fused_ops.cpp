@@ -9,8 +9,9 @@
 //   rotary_embedding x [T, heads, D] (any row stride, heads and D dense), cos/sin [T, D]
 //                    float32 -> x rotated in place, Hugging Face layout (rotate_half of
 //                    two halves): x * cos + cat(-x2, x1) * sin
-//   argmax_rows      x [R, V] (rows may be strided) -> [R] int64: the first index of
-//                    each row's max (torch.argmax's tie rule; NaNs are skipped).
+//   argmax_rows      x [R, V] (rows may be strided) -> ([R] int64 first index of each
+//                    row's max (torch.argmax's tie rule; NaNs are skipped), [R] int64
+//                    how many columns hold that max: ties the sampler breaks, see sampler.py).
 //                    Greedy sampling over bf16 logits: torch's bf16 argmax is
 //                    scalar (~20 ms for 256 x 49152 here), widening first costs ~14 ms.
 // Rows are split across torch's intra-op threads.
@@ -20,7 +21,10 @@
 #include <ATen/Parallel.h>
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 namespace {
 
@@ -103,44 +107,57 @@ void rotate_head(T* x, const float* c, const float* s, int64_t half) {
     }
 }
 
+// (first index of the row's max, how many columns hold that max).
 template <typename T>
-int64_t argmax_row(const T* x, int64_t V) {
+std::pair<int64_t, int64_t> argmax_row(const T* x, int64_t V) {
     float best = -std::numeric_limits<float>::infinity();
-    int64_t best_i = 0;
+    int64_t best_i = 0, count = 0;
     int64_t j = 0;
 #if defined(__AVX512F__)
     if constexpr (tokenmill::has_vec16<T>) {
-        // Per lane: its largest value so far and where it was first seen (strict >,
-        // so a NaN never enters and a later equal value never replaces an earlier one).
+        // Per lane: its largest value so far, where it was first seen (strict >, so a
+        // NaN never enters and a later equal value never moves it) and how often.
         __m512 mv = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-        __m512i mi = _mm512_setzero_si512();
+        __m512i mi = _mm512_setzero_si512(), mc = _mm512_setzero_si512();
         __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i step = _mm512_set1_epi32(16);
+        const __m512i step = _mm512_set1_epi32(16), one = _mm512_set1_epi32(1);
         for (; j + 16 <= V; j += 16, idx = _mm512_add_epi32(idx, step)) {
             const __m512 v = tokenmill::load16(x + j);
             const __mmask16 gt = _mm512_cmp_ps_mask(v, mv, _CMP_GT_OQ);
+            const __mmask16 eq = _mm512_cmp_ps_mask(v, mv, _CMP_EQ_OQ);
             mv = _mm512_mask_mov_ps(mv, gt, v);
             mi = _mm512_mask_mov_epi32(mi, gt, idx);
+            mc = _mm512_mask_mov_epi32(_mm512_mask_add_epi32(mc, eq, mc, one), gt, one);
         }
         alignas(64) float vals[16];
-        alignas(64) int32_t ids[16];
+        alignas(64) int32_t ids[16], counts[16];
         _mm512_store_ps(vals, mv);
         _mm512_store_si512(ids, mi);
-        for (int l = 0; l < 16; ++l)  // the largest value; among equal ones, the lowest index
-            if (vals[l] > best || (vals[l] == best && ids[l] < best_i)) {
+        _mm512_store_si512(counts, mc);
+        for (int l = 0; l < 16; ++l) {  // the largest value; among equal ones, the lowest index
+            if (counts[l] == 0) continue;  // the lane saw only -inf or NaN
+            if (vals[l] > best || count == 0) {
                 best = vals[l];
                 best_i = ids[l];
+                count = counts[l];
+            } else if (vals[l] == best) {
+                best_i = std::min<int64_t>(best_i, ids[l]);
+                count += counts[l];
             }
+        }
     }
 #endif
     for (; j < V; ++j) {  // the tail lies past every vector index: strict > keeps the first max
         const float v = static_cast<float>(x[j]);
-        if (v > best) {
+        if (v > best || (count == 0 && v == best)) {
             best = v;
             best_i = j;
+            count = 1;
+        } else if (v == best) {
+            ++count;
         }
     }
-    return best_i;
+    return {best_i, count};
 }
 
 void check_cpu(const torch::Tensor& t, const char* name) {
@@ -224,7 +241,7 @@ torch::Tensor tokenmill::rotary_embedding(torch::Tensor x, torch::Tensor cos, to
     return x;
 }
 
-torch::Tensor tokenmill::argmax_rows(torch::Tensor x) {
+std::tuple<torch::Tensor, torch::Tensor> tokenmill::argmax_rows(torch::Tensor x) {
     check_cpu(x, "x");
     TORCH_CHECK(x.dim() == 2 && x.size(1) >= 1, "x must be [R, V] with V >= 1");
     TORCH_CHECK(x.size(1) < (int64_t(1) << 31), "V must fit in int32");
@@ -232,13 +249,15 @@ torch::Tensor tokenmill::argmax_rows(torch::Tensor x) {
                 x.scalar_type() == torch::kHalf, "x must be float32, bfloat16 or float16");
     if (x.stride(1) != 1) x = x.contiguous();
     const int64_t R = x.size(0), V = x.size(1), row_stride = x.stride(0);
-    auto out = torch::empty({R}, x.options().dtype(torch::kLong));
-    int64_t* o = out.data_ptr<int64_t>();
+    auto index = torch::empty({R}, x.options().dtype(torch::kLong));
+    auto ties = torch::empty({R}, x.options().dtype(torch::kLong));
+    int64_t* o = index.data_ptr<int64_t>();
+    int64_t* n = ties.data_ptr<int64_t>();
     AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::BFloat16, at::ScalarType::Half, x.scalar_type(), "argmax_rows", [&] {
         const scalar_t* base = x.data_ptr<scalar_t>();
         at::parallel_for(0, R, 1, [&](int64_t begin, int64_t end) {
-            for (int64_t r = begin; r < end; ++r) o[r] = argmax_row<scalar_t>(base + r * row_stride, V);
+            for (int64_t r = begin; r < end; ++r) std::tie(o[r], n[r]) = argmax_row<scalar_t>(base + r * row_stride, V);
         });
     });
-    return out;
+    return {index, ties};
 }

@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include <optional>
+#include <tuple>
 
 namespace tokenmill {
 
@@ -17,6 +18,6 @@ torch::Tensor add_rms_norm(torch::Tensor residual, std::optional<torch::Tensor> 
                            double eps);
 torch::Tensor silu_and_mul(torch::Tensor gate_up);
 torch::Tensor rotary_embedding(torch::Tensor x, torch::Tensor cos, torch::Tensor sin);
-torch::Tensor argmax_rows(torch::Tensor x);
+std::tuple<torch::Tensor, torch::Tensor> argmax_rows(torch::Tensor x);
 
 }  // namespace tokenmill
