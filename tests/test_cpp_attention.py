@@ -1,4 +1,5 @@
-"""The C++ paged decode attention against a float64 reference, and the engine on it.
+"""The C++ paged decode attention against a float64 reference, and the engine on
+it and on the fused ops (each C++ path against its torch path).
 
 The kernel is compiled on first use (g++ and ninja); the module is skipped only
 where that toolchain is missing, never because a build failed.
@@ -11,7 +12,7 @@ import torch
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.resolve import resolve_decode_kernel
-from tokenmill.kernels.cpu_kernels import missing_toolchain, load_cpu_kernels
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels, missing_toolchain
 
 pytestmark = pytest.mark.skipif(missing_toolchain() is not None, reason=f"no C++ toolchain: {missing_toolchain()}")
 
@@ -111,8 +112,10 @@ def test_backend_resolution():
         EngineConfig(attention_backend="flash")
 
 
-def test_engine_greedy_tokens_match_torch_backend():
-    """Same prompts, batched, float32: the C++ and torch decode paths pick the same tokens."""
+@pytest.mark.parametrize("field", ["attention_backend", "fused_ops"])
+def test_engine_greedy_tokens_match_torch(field):
+    """Same prompts, batched (prefills and decodes), float32: each C++ path (the
+    attention kernel; the fused elementwise ops) picks the same tokens as its torch path."""
     from tokenmill.engine.engine import LLMEngine
     from tokenmill.sampling_params import SamplingParams
 
@@ -121,8 +124,7 @@ def test_engine_greedy_tokens_match_torch_backend():
     params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
     tokens = {}
     for backend in ("cpp", "torch"):
-        engine = LLMEngine(EngineConfig(dtype="float32", attention_backend=backend, num_kv_blocks=128,
-                                        max_model_len=256))
-        assert engine.attention_backend == backend
+        engine = LLMEngine(EngineConfig(dtype="float32", num_kv_blocks=128, max_model_len=256, **{field: backend}))
+        assert (engine.attention_backend if field == "attention_backend" else engine.fused_ops) == backend
         tokens[backend] = [r.token_ids for r in engine.generate(prompts, params)]
     assert tokens["cpp"] == tokens["torch"]

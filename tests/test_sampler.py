@@ -20,7 +20,6 @@ from tokenmill.engine.sampler import (
 )
 from tokenmill.sampling_params import SamplingParams
 
-
 # ---- reference ------------------------------------------------------------------
 
 

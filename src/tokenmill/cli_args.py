@@ -32,10 +32,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
     g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
-                   help="decode attention: cpp (C++ kernel reading KV blocks in place; CPU, float32/bfloat16, "
+                   help="attention: cpp (C++ kernel reading KV blocks in place, decodes and prefill chunks; "
+                        "CPU, float32/bfloat16, "
                         "compiled on first use, needs g++ and ninja) or torch; auto: cpp where it applies and builds")
     g.add_argument("--fused-ops", choices=FUSED_OPS, default="auto",
-                   help="residual add + RMSNorm, rotary embedding and SiLU-and-mul: cpp (fused C++ kernels; CPU, "
+                   help="residual add + RMSNorm, rotary embedding, SiLU-and-mul and the greedy argmax: cpp "
+                        "(fused C++ kernels; CPU, "
                         "float32/bfloat16, built with the attention kernel) or torch; auto: cpp where it applies")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")

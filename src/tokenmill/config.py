@@ -38,15 +38,18 @@ class EngineConfig:
     (decoder linears int4 in groups of 32, GGUF Q4_1's layout; LM head int8).
     See kernels/quantize.py."""
     attention_backend: str = "auto"
-    """Decode attention: auto | cpp | torch. cpp is a C++ kernel reading KV blocks
-    in place (CPU, float32/bfloat16; compiled on first use, see
-    kernels/cpu_kernels.py); torch gathers blocks and runs batched matmuls.
+    """Attention: auto | cpp | torch. cpp is a C++ kernel reading KV blocks in
+    place, every token of a step (decode or prefill) one query row over its
+    context (CPU, float32/bfloat16; compiled on first use, see
+    kernels/cpu_kernels.py); torch runs SDPA for prefill chunks and gathers
+    blocks into batched matmuls for decodes.
     auto: cpp where it applies and builds, torch otherwise."""
     fused_ops: str = "auto"
     """The decoder layer's elementwise ops (residual add + RMSNorm, rotary
-    embedding, SiLU-and-mul): auto | cpp | torch. cpp runs each as one fused C++
-    kernel (CPU, float32/bfloat16; built with the attention kernel); torch runs
-    plain torch ops. auto: cpp where it applies and builds, torch otherwise."""
+    embedding, SiLU-and-mul) and the greedy argmax: auto | cpp | torch. cpp
+    runs each as one fused C++ kernel (CPU, float32/bfloat16; built with the
+    attention kernel); torch runs plain torch ops. auto: cpp where it applies
+    and builds, torch otherwise."""
     max_model_len: int | None = None
     """Longest prompt + output in tokens; None: the model's context length capped
     by the KV cache capacity."""

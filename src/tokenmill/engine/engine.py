@@ -19,8 +19,13 @@ from tokenmill.engine.client import EngineStats
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.output_processor import RequestTextState
 from tokenmill.engine.request import Request, RequestStatus
-from tokenmill.engine.resolve import (kv_cache_bytes, resolve_decode_kernel, resolve_device, resolve_dtype,
-                                      resolve_fused_ops)
+from tokenmill.engine.resolve import (
+    kv_cache_bytes,
+    resolve_decode_kernel,
+    resolve_device,
+    resolve_dtype,
+    resolve_fused_ops,
+)
 from tokenmill.engine.runner import ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
 from tokenmill.engine.scheduler import Scheduler

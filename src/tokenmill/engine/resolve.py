@@ -37,7 +37,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_decode_kernel(backend: str, device: torch.device, dtype: torch.dtype):
-    """(backend actually used, the C++ decode attention or None).
+    """(backend actually used, the C++ paged attention or None).
 
     auto: the C++ kernel on CPU for float32/bfloat16 when it builds, else torch.
     cpp: the kernel or a ValueError saying why not. torch: always plain torch."""
