@@ -1,5 +1,8 @@
-// Paged decode attention for CPU: one query token per sequence attends over
-// its KV blocks read in place through its block table (no gather copy).
+// Paged attention for CPU: each query row (one token) attends over the first
+// context_lens[b] slots of its sequence, read in place through its block table
+// (no gather copy). A decode is one row; a prefill chunk of n tokens is n rows
+// sharing one block table, row i's context ending at its own position, which
+// makes the attention causal once the chunk's K/V are in the cache.
 //
 // Shapes (all contiguous):
 //   q            [B, Hq, D]            float32 or bfloat16 (same dtype as the caches)
