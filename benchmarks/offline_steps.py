@@ -19,14 +19,13 @@ from tokenmill.engine.engine import LLMEngine
 from tokenmill.sampling_params import SamplingParams
 
 _BATCH_GROUPS = ((192, "192+"), (128, "128-191"), (64, "64-127"), (1, "1-63"))
+_KINDS = ("with prefill", *(f"decode only, batch {label}" for _, label in _BATCH_GROUPS))  # print order
 
 
-def step_kind(out) -> str:
-    prefill_tokens = sum(s.num_new_tokens for s in out.scheduled if s.num_new_tokens > 1)
+def step_kind(prefill_tokens: int, decodes: int) -> str:
     if prefill_tokens:
-        return "with prefill"
-    decodes = len(out.scheduled)
-    return "decode only, batch " + next(label for low, label in _BATCH_GROUPS if decodes >= low)
+        return _KINDS[0]
+    return _KINDS[1 + next(i for i, (low, _) in enumerate(_BATCH_GROUPS) if decodes >= low)]
 
 
 def main(argv=None) -> None:
@@ -60,16 +59,16 @@ def main(argv=None) -> None:
         out = scheduled.pop()
         if not out:
             continue
-        g = groups[step_kind(out)]
+        prefill_tokens = sum(s.num_new_tokens for s in out.scheduled if s.num_new_tokens > 1)
+        g = groups[step_kind(prefill_tokens, len(out.scheduled))]
         g[0] += 1
         g[1] += seconds
-        g[2] += sum(s.num_new_tokens for s in out.scheduled if s.num_new_tokens > 1)
+        g[2] += prefill_tokens
         g[3] += len(outputs)
     total = time.perf_counter() - start
     print(f"{engine.dtype}, fused ops {engine.fused_ops}, {args.num_requests} requests: {total:.1f} s")
     print(f"{'steps':<28}{'count':>7}{'seconds':>9}{'share':>7}{'ms/step':>9}{'prompt tok/s':>14}{'output tok/s':>14}")
-    for name in sorted(groups, key=lambda k: (k != "with prefill", -int(k.split()[-1].split("-")[0].rstrip("+"))
-                                                if k != "with prefill" else 0)):
+    for name in (k for k in _KINDS if k in groups):
         n, s, p, o = groups[name]
         print(f"{name:<28}{n:>7}{s:>9.1f}{s / total:>7.0%}{s / n * 1e3:>9.0f}{p / s:>14.0f}{o / s:>14.0f}")
 

@@ -99,7 +99,7 @@ class Sampler:
     def _greedy(self, logits: torch.Tensor, row_ids: list[int], exact_logits: Callable | None) -> torch.Tensor:
         """logits: [G, V] rows ``row_ids`` of the batch -> [G] argmax ids.
 
-        In bf16 a logit keeps 8 significant bits (a step of 0.0625 at 10-16), so
+        In bf16 a logit keeps 8 significant bits (a step of 0.0625 between 8 and 16), so
         distinct top logits often round to the same value; the first id would
         then win by id order alone. Rounding is monotone, so the true maximum is
         always among the columns tied at the rounded maximum: the row's tied

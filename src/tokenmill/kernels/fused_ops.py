@@ -6,10 +6,10 @@ behind one interface, in two implementations with the same signatures:
 - ``cpp_fused_ops(module)``: fused C++ kernels for CPU (kernels/csrc/fused_ops.cpp),
   one pass over the data per op, float32 math rounded once to the model dtype.
 
-Each fused op replaces 3-6 torch ops and their temporaries; on the embedded
-model that is ~20 fewer dispatches per layer per step, the larger share of a
-batch-1 CPU step that is not matmul. The argmax reads bf16 logits as they are:
-torch's bf16 argmax is scalar on CPU (measured: docs/PERFORMANCE.md).
+Each fused op replaces 3-6 torch ops and their temporaries (about 20 fewer
+dispatches per layer per step); the argmax reads bf16 logits as they are, where
+torch's bf16 argmax is scalar on CPU. Measured against the torch ops in
+docs/PERFORMANCE.md ("Fused CPU kernels").
 """
 
 from __future__ import annotations
