@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import Counter
 import sys
 import time
 from contextlib import contextmanager
@@ -16,10 +17,30 @@ from pathlib import Path
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, settings
 
 # Model-level fixtures live in _reference.py; importing them here makes them
 # conftest fixtures, so every module shares one session instance of each.
 from _reference import fp32_engine, hf_reference  # noqa: F401  (fixtures)
+
+# Property-based tests: a small example count by default (the suite stays fast);
+# `pytest --hypothesis-profile=long tests/test_fuzz_server.py tests/test_sampler_fuzz.py`
+# runs them long (see docs/TESTING.md). The server fuzz runs a tenth of these.
+settings.register_profile("default", max_examples=100, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("long", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile("default")
+
+FUZZ_STATUSES = pytest.StashKey[Counter]()
+"""HTTP status -> count of the server fuzz's requests (printed in the summary)."""
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    counts = config.stash.get(FUZZ_STATUSES, None)
+    if counts:
+        histogram = ", ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
+        terminalreporter.write_line(f"server fuzz: {sum(counts.values())} requests by status ({histogram})")
 
 SERVER_START_TIMEOUT_S = 180
 API_KEY = "test-secret-key"

@@ -312,3 +312,129 @@ def test_make_generator():
     assert make_generator(None) is None
     a, b = make_generator(5), make_generator(5)
     assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
+
+
+# ---- edge cases (issue: one request's parameters must never fail the step) -------
+
+
+def test_top_k_one_is_greedy_at_any_temperature():
+    x = rand_logits(4, 300, 21)
+    sampler = Sampler(300, seed=3)
+    for temperature in (0.5, 1.0, 7.0, 100.0):
+        params = SamplingParams(temperature=temperature, top_k=1)
+        assert params.greedy
+        assert sampler(x, [row(params)] * 4).token_ids == x.argmax(dim=-1).tolist()
+    # The top-k mask itself keeps exactly the maximum (a [n, 1] partition once crashed here).
+    w = probability_weights(x, [1.0] * 4)
+    apply_top_k(w, [1] * 4)
+    assert torch.equal(w > 0, torch.nn.functional.one_hot(x.argmax(dim=-1), 300).bool())
+
+
+@pytest.mark.parametrize("temperature", [0.0, 5e-324, 1e-310, 1e-46, 1e-45, 1e-40, 1e-38, 9.9e-6])
+def test_underflowing_temperature_is_greedy(temperature):
+    params = SamplingParams(temperature=temperature, top_p=0.5, min_p=0.2, seed=4)
+    assert params.greedy
+    x = rand_logits(2, 500, 22, scale=30.0)
+    assert Sampler(500)(x, [row(params, gen=make_generator(4))] * 2).token_ids == x.argmax(dim=-1).tolist()
+    assert not SamplingParams(temperature=1e-5).greedy
+
+
+def test_top_k_zero_and_minus_one_both_mean_off():
+    x = rand_logits(3, 400, 23)
+    tokens = {k: [Sampler(400)(x, [row(SamplingParams(top_k=k, seed=9), gen=make_generator(9))] * 3).token_ids
+                  for _ in range(5)] for k in (-1, 0, 400, 10 ** 9)}
+    assert tokens[-1] == tokens[0] == tokens[400] == tokens[10 ** 9]
+    assert masks(x, [SamplingParams(top_k=0)]).all()
+
+
+def test_min_p_one_keeps_only_the_maximum():
+    x = rand_logits(3, 200, 24)
+    x[2, [10, 20]] = x[2].max() + 1.0  # a tie at the top: both stay
+    got = masks(x, [SamplingParams(min_p=1.0)] * 3)
+    for i in range(3):
+        assert torch.equal(got[i], ref_allowed(x[i], SamplingParams(min_p=1.0)))
+        assert torch.equal(got[i], x[i] == x[i].max())
+    assert got[2].sum() == 2
+
+
+@pytest.mark.parametrize("field, value", [
+    ("repetition_penalty", 0.0), ("repetition_penalty", 1e-38), ("repetition_penalty", 0.0099),
+    ("repetition_penalty", 100.5), ("repetition_penalty", float("inf")), ("repetition_penalty", float("nan")),
+    ("temperature", float("nan")), ("temperature", -1e-300), ("temperature", float("inf")),
+    ("top_p", float("nan")), ("min_p", 1.0000001), ("frequency_penalty", float("nan")),
+    ("presence_penalty", float("-inf")), ("top_k", -2), ("top_k", 1.5), ("top_k", True),
+    ("temperature", "0.7"), ("max_tokens", 2.0),
+])
+def test_bad_values_are_refused_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"^{field}: ") as info:
+        SamplingParams(**{field: value})
+    assert info.value.param == field
+
+
+@pytest.mark.parametrize("penalty", [0.01, 100.0])
+def test_penalty_arithmetic_at_the_bounds_stays_finite(penalty):
+    vocab = 300
+    x = rand_logits(2, vocab, 25, scale=1e3)  # logits far larger than any model's
+    rows = [row(SamplingParams(repetition_penalty=penalty, frequency_penalty=2.0, presence_penalty=-2.0,
+                               logprobs=5), list(range(vocab)), list(range(vocab)) * 3),
+            row(SamplingParams(repetition_penalty=penalty, temperature=1e-5, logprobs=0), list(range(vocab)))]
+    penalized = x.clone()
+    apply_penalties(penalized, rows)
+    assert torch.isfinite(penalized).all()
+    out = Sampler(vocab)(x, rows)
+    assert all(0 <= t < vocab for t in out.token_ids)
+    assert all(torch.isfinite(torch.tensor([lp.logprob for lp in out.logprobs])))
+    for i, r in enumerate(rows):
+        torch.testing.assert_close(penalized[i].double(), ref_penalize(x[i], r.prompt_token_ids,
+                                                                       r.output_token_ids, r.params),
+                                   rtol=1e-5, atol=1e-2)
+
+
+def test_rows_without_a_finite_distribution_fall_back_to_greedy():
+    vocab = 100
+    x = rand_logits(4, vocab, 26)
+    x[0, 7] = float("nan")
+    x[1, 3] = float("inf")
+    x[2] = float("-inf")
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=5)
+    out = Sampler(vocab)(x, [row(params, gen=make_generator(5)) for _ in range(4)])
+    assert out.token_ids[0] == torch.nan_to_num(x[0], nan=float("-inf")).argmax().item()
+    assert out.token_ids[1] == 3
+    assert 0 <= out.token_ids[2] < vocab
+    assert out.errors == {}
+    # The healthy (seeded) row is drawn exactly as it would be alone.
+    assert out.token_ids[3] == Sampler(vocab)(x[3:], [row(params, gen=make_generator(5))]).token_ids[0]
+
+
+def test_a_row_whose_sampling_raises_fails_alone(monkeypatch):
+    """Fault injection: min_p raises whenever the poisoned value is in the batch.
+    The other rows (greedy, seeded, penalized, logprobs) get exactly the tokens
+    they get without the poisoned row, and the shared generator is not disturbed
+    for the row-by-row retry."""
+    import tokenmill.engine.sampler as sampler_module
+
+    poison = 0.123
+    real = sampler_module.apply_min_p
+
+    def exploding(w, min_p):
+        if poison in min_p:
+            raise RuntimeError("injected sampler fault")
+        real(w, min_p)
+
+    monkeypatch.setattr(sampler_module, "apply_min_p", exploding)
+    vocab = 500
+    x = rand_logits(5, vocab, 27)
+
+    def rows(with_poison: bool):
+        good = [row(SamplingParams(temperature=0.0)),
+                row(SamplingParams(temperature=0.9, seed=31, logprobs=2), gen=make_generator(31)),
+                row(SamplingParams(temperature=0.0, repetition_penalty=1.5), [1, 2, 3]),
+                row(SamplingParams(temperature=1.2, top_k=40, seed=32), gen=make_generator(32))]
+        return good[:2] + [row(SamplingParams(min_p=poison))] + good[2:] if with_poison else good
+
+    alone = Sampler(vocab, seed=6)(x[[0, 1, 3, 4]], rows(False))
+    mixed = Sampler(vocab, seed=6)(x, rows(True))
+    assert list(mixed.errors) == [2] and "injected sampler fault" in mixed.errors[2]
+    assert mixed.token_ids[2] == -1 and mixed.logprobs[2] is None
+    assert [mixed.token_ids[i] for i in (0, 1, 3, 4)] == alone.token_ids
+    assert mixed.logprobs[1] == alone.logprobs[1]

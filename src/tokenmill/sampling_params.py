@@ -9,10 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from tokenmill.errors import RequestError
 
 SamplingParamError = RequestError  # a bad sampling parameter; ``param`` names the field
+
+GREEDY_TEMPERATURE = 1e-5
+"""Temperatures below this sample greedily (vLLM's rule): dividing float32 logits
+by a smaller one overflows or underflows to inf/NaN, and the distribution is a
+point mass on the argmax long before that anyway."""
+REPETITION_PENALTY_RANGE = (0.01, 100.0)
+"""Bounds of ``repetition_penalty``: logits divided or multiplied by a factor in
+this range stay finite in float32 (|logit| << 3e36)."""
 
 
 @dataclass(frozen=True)
@@ -20,15 +27,18 @@ class SamplingParams:
     max_tokens: int = 16
     """Upper bound on generated tokens (>= 1)."""
     temperature: float = 1.0
-    """0 means greedy; otherwise logits are divided by it before sampling."""
+    """In [0, 100]. Below 1e-5 (GREEDY_TEMPERATURE), 0 included, means greedy;
+    otherwise logits are divided by it before sampling."""
     top_k: int = -1
-    """Keep the k most likely tokens; -1 (or 0) disables."""
+    """Keep the k most likely tokens; -1 or 0 disables (vLLM's convention), 1 is greedy."""
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]."""
     min_p: float = 0.0
-    """Drop tokens whose probability is below min_p x the top probability."""
+    """In [0, 1]: drop tokens whose probability is below min_p x the top
+    probability (1 keeps only the most likely tokens)."""
     repetition_penalty: float = 1.0
-    """HF-style multiplicative penalty on tokens seen in prompt or output (> 0)."""
+    """HF-style multiplicative penalty on tokens seen in prompt or output, in
+    [0.01, 100] (REPETITION_PENALTY_RANGE); 1 disables."""
     frequency_penalty: float = 0.0
     """OpenAI-style: subtract count x penalty for each generated token, in [-2, 2]."""
     presence_penalty: float = 0.0
@@ -62,27 +72,34 @@ class SamplingParams:
         def bad(param: str, message: str) -> None:
             raise SamplingParamError(param, message)
 
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-            bad("max_tokens", f"must be an integer, got {self.max_tokens!r}")
+        def check_int(param: str, value) -> None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                bad(param, f"must be an integer, got {value!r}")
+
+        def check_range(param: str, value, low: float, high: float, low_open: bool = False) -> None:
+            # Written as "not inside" so NaN (which compares False) is refused too.
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                bad(param, f"must be a number, got {value!r}")
+            inside = (low < value if low_open else low <= value) and value <= high
+            if not inside:
+                bad(param, f"must be in {'(' if low_open else '['}{low:g}, {high:g}], got {value}")
+
+        check_int("max_tokens", self.max_tokens)
         if self.max_tokens < 1:
             bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
-        if not 0.0 <= self.temperature <= 100.0:
-            bad("temperature", f"must be in [0, 100], got {self.temperature}")
-        if not isinstance(self.top_k, int) or self.top_k < -1:
-            bad("top_k", f"must be -1 (disabled) or a positive integer, got {self.top_k!r}")
-        if not 0.0 < self.top_p <= 1.0:
-            bad("top_p", f"must be in (0, 1], got {self.top_p}")
-        if not 0.0 <= self.min_p <= 1.0:
-            bad("min_p", f"must be in [0, 1], got {self.min_p}")
-        if not self.repetition_penalty > 0.0:
-            bad("repetition_penalty", f"must be > 0, got {self.repetition_penalty}")
-        if not -2.0 <= self.frequency_penalty <= 2.0:
-            bad("frequency_penalty", f"must be in [-2, 2], got {self.frequency_penalty}")
-        if not -2.0 <= self.presence_penalty <= 2.0:
-            bad("presence_penalty", f"must be in [-2, 2], got {self.presence_penalty}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not -(1 << 63) <= self.seed < (1 << 64)):
-            bad("seed", f"must be an integer in [-2^63, 2^64), got {self.seed!r}")
+        check_range("temperature", self.temperature, 0.0, 100.0)
+        check_int("top_k", self.top_k)
+        if self.top_k < -1:
+            bad("top_k", f"must be -1 or 0 (disabled) or a positive integer, got {self.top_k}")
+        check_range("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        check_range("min_p", self.min_p, 0.0, 1.0)
+        check_range("repetition_penalty", self.repetition_penalty, *REPETITION_PENALTY_RANGE)
+        check_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)
+        check_range("presence_penalty", self.presence_penalty, -2.0, 2.0)
+        if self.seed is not None:
+            check_int("seed", self.seed)
+            if not -(1 << 63) <= self.seed < (1 << 64):
+                bad("seed", f"must be an integer in [-2^63, 2^64), got {self.seed!r}")
         if not isinstance(self.stop, tuple) or not all(isinstance(s, str) for s in self.stop):
             bad("stop", f"must be a string or a list of strings, got {self.stop!r}")
         if any(s == "" for s in self.stop):
@@ -98,7 +115,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        """Argmax decoding: a temperature too small to divide by, or top_k=1."""
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
     @property
     def uses_penalties(self) -> bool:

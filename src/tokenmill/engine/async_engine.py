@@ -136,12 +136,13 @@ class AsyncEngine:
         for kind, payload in inbox:
             if kind == "add":
                 adds += 1
-                self.engine.add(payload)
+                try:
+                    self.engine.add(payload)
+                except Exception as exc:  # this request's problem (add registers nothing when it raises)
+                    log.exception("adding request %s failed", payload.request_id)
+                    self._deliver_final(payload.request_id, exc)
             else:
-                out = self.engine.abort(payload)
-                stream = self._streams.pop(payload, None)
-                if stream is not None and out is not None:
-                    stream.put(out)
+                self._deliver_final(payload, self.engine.abort(payload))
         # Move the adds from "pending" to "waiting" in one locked update, so the
         # queue-limit check in generate() never sees a request in neither.
         with self._cv:
@@ -154,6 +155,12 @@ class AsyncEngine:
             self._streams.pop(out.request_id, None)
         if stream is not None:
             stream.put(out)
+
+    def _deliver_final(self, request_id: str, item: RequestOutput | Exception | None) -> None:
+        """Hand a request's last item (its final output or an error) to its stream."""
+        stream = self._streams.pop(request_id, None)
+        if stream is not None and item is not None:
+            stream.put(item)
 
     def _fail_all(self, exc: Exception) -> None:
         for rid in list(self.engine.requests):

@@ -6,7 +6,7 @@ behind a router can implement it later without them changing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import AsyncIterator, Protocol, runtime_checkable
 
 from tokenmill.errors import QueueFullError  # noqa: F401  (re-exported)
@@ -32,6 +32,10 @@ class EngineStats:
     """Prompt tokens computed (cumulative, excluding prefix-cache hits)."""
     generation_tokens: int
     """Tokens generated (cumulative)."""
+    forward_retries: int = 0
+    """Steps whose forward pass raised and was retried without the suspect requests (cumulative)."""
+    request_failures: dict[str, int] = field(default_factory=dict)
+    """Requests the engine failed on their own, by stage: 'forward', 'sampling', 'output' (cumulative)."""
 
     @property
     def kv_usage(self) -> float:

@@ -15,6 +15,7 @@ import torch
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.block_pool import BlockPool
+from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.output_processor import RequestTextState
@@ -26,9 +27,9 @@ from tokenmill.engine.resolve import (
     resolve_dtype,
     resolve_fused_ops,
 )
-from tokenmill.engine.runner import ModelRunner
+from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
-from tokenmill.engine.scheduler import Scheduler
+from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.errors import RequestError
 from tokenmill.kernels.quantize import quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
@@ -37,6 +38,9 @@ from tokenmill.outputs import RequestOutput
 from tokenmill.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
+
+_STAGE_VERBS = {"forward": "running the model on", "sampling": "sampling", "output": "detokenizing"}
+"""Where a request can fail on its own (EngineStats.request_failures keys)."""
 
 
 @dataclass
@@ -80,6 +84,8 @@ class LLMEngine:
         self.text_states: dict[str, RequestTextState] = {}
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
+        self.num_forward_retries = 0
+        self.request_failures: dict[str, int] = {}  # stage -> requests the engine failed there
 
     @staticmethod
     def _load_tokenizer(source: str | None):
@@ -139,8 +145,9 @@ class LLMEngine:
     def add(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        text_state = RequestTextState(request, self.tokenizer)  # may raise: nothing registered yet
         self.requests[request.request_id] = request
-        self.text_states[request.request_id] = RequestTextState(request, self.tokenizer)
+        self.text_states[request.request_id] = text_state
         self.scheduler.add(request)
 
     def add_request(self, request_id: str | None, prompt: str | list[int], params: SamplingParams) -> str:
@@ -154,7 +161,11 @@ class LLMEngine:
         if req is None:
             return None
         self.scheduler.finish(req, RequestStatus.FINISHED_ABORTED)
-        return self._finalize(req, RequestStatus.FINISHED_ABORTED, None)[0]
+        try:
+            return self._finalize(req, RequestStatus.FINISHED_ABORTED, None)[0]
+        except Exception as exc:  # flushing its text failed: it ends all the same
+            log.exception("output processing failed for aborted request %s", request_id)
+            return self._fail(req, "output", f"{type(exc).__name__}: {exc}")
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work()
@@ -169,34 +180,72 @@ class LLMEngine:
         out = self.scheduler.schedule()
         if not out:
             return []
-        logits, hidden, sampling = self.runner.execute(out, self.kv)
-        sampled, logprobs = self._sample(logits, hidden, sampling)
+        forward, failed = self._execute(out)
+        sampled, logprobs = self._sample(forward, failed)
+        # Failed requests end before update(), which then skips them.
+        outputs = [self._fail(self.requests[rid], stage, message) for rid, (stage, message) in failed.items()]
         # Prompt tokens computed this step (prefix hits excluded, recomputes included).
         self.num_prompt_tokens += sum(min(s.num_new_tokens, max(s.request.num_prompt_tokens - s.start, 0))
                                       for s in out.scheduled)
         advanced = self.scheduler.update(out, sampled)
         self.num_generation_tokens += len(advanced)
-        return [self._emit(req, logprobs.get(req.request_id)) for req in advanced]
+        return outputs + [self._emit(req, logprobs.get(req.request_id)) for req in advanced]
 
-    def _sample(self, logits, hidden, sampling):
-        if not sampling:
+    def _execute(self, out: SchedulerOutput) -> tuple[ForwardResult | None, dict[str, tuple[str, str]]]:
+        """The forward pass; if it raises, retried without the requests that make
+        it raise (isolation.py). Returns (result, request id -> (stage, error))."""
+        def run(scheduled):
+            return self.runner.execute(SchedulerOutput(scheduled), self.kv)
+
+        forward, errors, attempts = execute_isolating(run, out.scheduled)
+        if attempts:
+            self.num_forward_retries += 1
+            log.error("a forward pass over %d requests raised; retried in parts (%d failed attempts), "
+                      "failing %d request(s): %s", len(out.scheduled), attempts, len(errors), ", ".join(errors))
+        return forward, {rid: ("forward", message) for rid, message in errors.items()}
+
+    def _sample(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]]):
+        """Sample every request that reached its last known token; a request whose
+        sampling raises is added to ``failed``. Returns (id -> token, id -> logprob)."""
+        if forward is None or not forward.sampling:
             return {}, {}
+        sampling = forward.sampling
         rows = [SamplingRow(s.request.params, s.request.prompt_token_ids, s.request.output_token_ids,
                             s.request.generator) for s in sampling]
-        result = self.sampler(logits, rows, lambda row, columns: self.model.exact_logits(hidden[row], columns))
+        hidden = forward.hidden
+        result = self.sampler(forward.logits, rows,
+                              lambda row, columns: self.model.exact_logits(hidden[row], columns))
+        for i, message in result.errors.items():
+            failed[sampling[i].request.request_id] = ("sampling", message)
         ids = [s.request.request_id for s in sampling]
-        sampled = dict(zip(ids, result.token_ids))
+        sampled = {rid: t for i, (rid, t) in enumerate(zip(ids, result.token_ids)) if i not in result.errors}
         logprobs = {rid: lp for rid, lp in zip(ids, result.logprobs) if lp is not None}
         return sampled, logprobs
 
     def _emit(self, req: Request, logprob) -> RequestOutput:
         status = req.status if req.status.finished else None
-        out, stop_hit = self.text_states[req.request_id].process(status, [logprob] if logprob else None)
+        try:
+            out, stop_hit = self.text_states[req.request_id].process(status, [logprob] if logprob else None)
+        except Exception as exc:  # detokenizer / stop strings: this request's problem only
+            log.exception("output processing failed for request %s", req.request_id)
+            return self._fail(req, "output", f"{type(exc).__name__}: {exc}")
         if stop_hit is not None and status is None:
             self.scheduler.finish(req, RequestStatus.FINISHED_STOPPED)
         if out.finished:
             self._forget(req)
         return out
+
+    def _fail(self, req: Request, stage: str, message: str) -> RequestOutput:
+        """End one request with an error (its blocks freed); the others go on."""
+        log.error("request %s failed (stage: %s): %s", req.request_id, stage, message)
+        self.request_failures[stage] = self.request_failures.get(stage, 0) + 1
+        self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)
+        self._forget(req)
+        return RequestOutput(
+            request_id=req.request_id, new_token_ids=[], new_text="", finished=True,
+            finish_reason=RequestStatus.FINISHED_ERROR.value, num_prompt_tokens=req.num_prompt_tokens,
+            num_output_tokens=req.num_output_tokens, num_cached_tokens=max(req.num_cached_tokens, 0),
+            error=f"the engine failed while {_STAGE_VERBS[stage]} this request ({message})")
 
     def _finalize(self, req: Request, status: RequestStatus, logprob):
         state = self.text_states.get(req.request_id)
@@ -219,6 +268,8 @@ class LLMEngine:
             num_preemptions=self.scheduler.num_preemptions,
             prompt_tokens=self.num_prompt_tokens,
             generation_tokens=self.num_generation_tokens,
+            forward_retries=self.num_forward_retries,
+            request_failures=dict(self.request_failures),
         )
 
     def take_kv_events(self):

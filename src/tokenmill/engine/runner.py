@@ -27,6 +27,21 @@ class ModelInputs:
     sampling: list[ScheduledRequest]  # the S requests that sample, in row order
 
 
+@dataclass
+class ForwardResult:
+    logits: torch.Tensor
+    """[S, vocab] in the model dtype: one row per sampling request."""
+    hidden: torch.Tensor
+    """[S, hidden]: the final hidden rows the logits came from."""
+    sampling: list[ScheduledRequest]
+    """The S requests that sample this step, in row order."""
+
+    @staticmethod
+    def concat(parts: list[ForwardResult]) -> ForwardResult:
+        return ForwardResult(torch.cat([p.logits for p in parts]), torch.cat([p.hidden for p in parts]),
+                             [s for p in parts for s in p.sampling])
+
+
 class ModelRunner:
     def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int,
                  device: torch.device, dtype: torch.dtype, decode_kernel: Callable | None = None):
@@ -44,16 +59,14 @@ class ModelRunner:
         ]
 
     @torch.inference_mode()
-    def execute(self, out: SchedulerOutput, kv: KVCacheManager
-                ) -> tuple[torch.Tensor, torch.Tensor, list[ScheduledRequest]]:
-        """Run one step. Returns (logits [S, vocab] in the model dtype, the final
-        hidden rows they came from [S, hidden], the S sampling requests)."""
+    def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> ForwardResult:
+        """Run one step's forward pass and the logits of the requests that sample."""
         inputs = self.prepare(out, kv)
         hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
         hidden = hidden[inputs.sample_rows]
         if not inputs.sampling:  # every row is a prefill chunk short of its prompt's end
-            return hidden.new_empty((0, self.model.arch.vocab_size)), hidden, []
-        return self.model.compute_logits(hidden), hidden, inputs.sampling
+            return ForwardResult(hidden.new_empty((0, self.model.arch.vocab_size)), hidden, [])
+        return ForwardResult(self.model.compute_logits(hidden), hidden, inputs.sampling)
 
     def prepare(self, out: SchedulerOutput, kv: KVCacheManager) -> ModelInputs:
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]

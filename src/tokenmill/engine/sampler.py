@@ -20,8 +20,9 @@ tokens depend only on its own logits and seed, never on the batch or its row.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
@@ -30,6 +31,8 @@ import torch
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS
 from tokenmill.outputs import TokenLogprob
 from tokenmill.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
 
 _BLOCK = 256
 """Ids per block in the two-level inverse-CDF draw."""
@@ -50,7 +53,11 @@ class SamplingRow:
 @dataclass
 class SamplerOutput:
     token_ids: list[int]
+    """One id per row; -1 for a row in ``errors``."""
     logprobs: list[TokenLogprob | None]
+    errors: dict[int, str] = field(default_factory=dict)
+    """Rows whose sampling raised -> the error. Only those rows failed: every
+    other row got the token it would have got without them."""
 
 
 def make_generator(seed: int | None) -> torch.Generator | None:
@@ -71,10 +78,34 @@ class Sampler:
         """logits: [R, >= vocab] (extra columns are padding); one token per row.
         exact_logits(row, columns [k]) -> float32 [k]: that row's logits for those
         columns as the model computes them before rounding to its dtype; greedy
-        rows use it to break ties that bf16/fp16 rounding made (see _greedy)."""
+        rows use it to break ties that bf16/fp16 rounding made (see _greedy).
+
+        One row's failure is that row's alone: the random numbers are drawn
+        before anything can raise, and if the batched pass raises, each row is
+        sampled on its own with the same number (every op here is row-wise, so a
+        good row's token is the one the batched pass would have given)."""
         if not rows:
             return SamplerOutput([], [])
         logits = logits[:, :self.vocab_size]  # [R, V]
+        u = self._uniforms(rows)  # [R] float64; NaN on greedy rows (they draw nothing)
+        try:
+            return self._sample_rows(logits, rows, u, exact_logits)
+        except Exception:
+            log.exception("sampling a batch of %d rows raised; sampling each row on its own", len(rows))
+        out = SamplerOutput([-1] * len(rows), [None] * len(rows))
+        for i, row in enumerate(rows):
+            try:
+                one = self._sample_rows(logits[i:i + 1], [row], u[i:i + 1],
+                                        exact_logits and (lambda _, cols, i=i: exact_logits(i, cols)))
+            except Exception as exc:
+                out.errors[i] = f"{type(exc).__name__}: {exc}"
+                continue
+            out.token_ids[i], out.logprobs[i] = one.token_ids[0], one.logprobs[0]
+        return out
+
+    def _sample_rows(self, logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor,
+                     exact_logits: Callable | None) -> SamplerOutput:
+        """logits [R, V], u [R] -> one token per row (the batched pass)."""
         params = [r.params for r in rows]
         if all(p.greedy and not p.uses_penalties and p.logprobs is None for p in params):
             return SamplerOutput(self._greedy(logits, list(range(len(rows))), exact_logits).tolist(),
@@ -90,9 +121,9 @@ class Sampler:
         if plain:  # the same call as the all-greedy path: a row's token never depends on the batch
             tokens[plain] = self._greedy(_take_rows(logits, plain), plain, exact_logits)
         if penalized:
-            tokens[penalized] = _take_rows(x, penalized).argmax(dim=-1)
+            tokens[penalized] = argmax_finite(_take_rows(x, penalized))
         if sampled:
-            tokens[sampled] = self._sample(_take_rows(x, sampled), [rows[i] for i in sampled])
+            tokens[sampled] = self._sample(_take_rows(x, sampled), [params[i] for i in sampled], u[sampled])
         token_ids = tokens.tolist()
         return SamplerOutput(token_ids, compute_logprobs(x, params, token_ids))
 
@@ -113,25 +144,45 @@ class Sampler:
             index[j] = cols[exact_logits(row_ids[j], cols).argmax()]
         return index
 
-    def _sample(self, x: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-        """x: [S, V] penalized logits of non-greedy rows (may be a view) -> [S] token ids."""
-        params = [r.params for r in rows]
+    def _sample(self, x: torch.Tensor, params: list[SamplingParams], u: torch.Tensor) -> torch.Tensor:
+        """x: [S, V] penalized logits of non-greedy rows (may be a view), u [S] -> [S] token ids.
+
+        A row whose weights are not all finite (NaN or inf logits) or sum to
+        zero has no distribution to draw from: it takes the argmax instead."""
         w = probability_weights(x, [p.temperature for p in params])  # [S, V]
         apply_top_k(w, [p.top_k for p in params])
         apply_top_p(w, [p.top_p for p in params])
         apply_min_p(w, [p.min_p for p in params])
-        return draw(w, self._uniforms([r.generator for r in rows]).to(w.device))
+        total = w.sum(dim=-1, dtype=torch.float64)  # [S]; NaN or inf if any weight is
+        broken = ~(torch.isfinite(total) & (total > 0))
+        if not broken.any():
+            return draw(w, u.to(w.device))
+        log.warning("%d sampled row(s) had no finite distribution; taking their argmax", int(broken.sum()))
+        tokens = argmax_finite(x)  # [S]
+        ok = torch.nonzero(~broken).flatten()
+        if ok.numel():
+            tokens[ok] = draw(w[ok], u.to(w.device)[ok])
+        return tokens
 
-    def _uniforms(self, generators: list[torch.Generator | None]) -> torch.Tensor:
-        """One U[0, 1) float64 per row: seeded rows from their own generator."""
-        u = torch.empty(len(generators), dtype=torch.float64)  # [S]
-        shared = [i for i, g in enumerate(generators) if g is None]
+    def _uniforms(self, rows: list[SamplingRow]) -> torch.Tensor:
+        """One U[0, 1) float64 per sampled row (NaN for greedy rows): seeded rows
+        from their own generator, the others from the shared one."""
+        u = torch.full((len(rows),), float("nan"), dtype=torch.float64)  # [R]
+        sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
+        shared = [i for i in sampled if rows[i].generator is None]
         if shared:
             u[shared] = torch.rand(len(shared), dtype=torch.float64, generator=self.generator)
-        for i, g in enumerate(generators):
-            if g is not None:
-                u[i] = torch.rand((), dtype=torch.float64, generator=g)
+        for i in sampled:
+            if rows[i].generator is not None:
+                u[i] = torch.rand((), dtype=torch.float64, generator=rows[i].generator)
         return u
+
+
+def argmax_finite(x: torch.Tensor) -> torch.Tensor:
+    """x [R, V] float -> [R] argmax, NaN counting as -inf (torch's argmax picks NaN)."""
+    if torch.isnan(x).any():
+        x = torch.nan_to_num(x, nan=float("-inf"))
+    return x.argmax(dim=-1)
 
 
 def _take_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
@@ -194,13 +245,26 @@ def compute_logprobs(x: torch.Tensor, params: list[SamplingParams],
         return out
     lp = torch.log_softmax(_take_rows(x, wanted), dim=-1)  # [W, V]
     chosen = lp.gather(1, torch.tensor([[tokens[i]] for i in wanted], device=lp.device)).view(-1).tolist()
-    n_max = max(params[i].logprobs for i in wanted)
-    top_vals, top_ids = lp.topk(n_max, dim=-1) if n_max else (lp[:, :0], lp[:, :0].long())  # [W, n_max]
+    top_vals, top_ids = _top(lp, max(params[i].logprobs for i in wanted))  # [W, n_max]
     top_vals, top_ids = top_vals.tolist(), top_ids.tolist()
     for j, i in enumerate(wanted):
         n = params[i].logprobs
         out[i] = TokenLogprob(tokens[i], chosen[j], list(zip(top_ids[j][:n], top_vals[j][:n])))
     return out
+
+
+def _top(lp: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n largest values of each row of lp [W, V] and their ids, ties in id
+    order (topk orders tied values arbitrarily, differently for different batch
+    shapes, so a row's alternatives would depend on its batch)."""
+    if n == 0:
+        return lp[:, :0], lp[:, :0].long()
+    vals, ids = lp.topk(min(n + 1, lp.shape[1]), dim=-1)  # one extra: a tie across the cut shows
+    tied = torch.nonzero((vals[:, 1:] == vals[:, :-1]).any(dim=-1)).flatten()
+    if tied.numel():  # rare (exactly equal logprobs): a stable sort of those rows
+        s_vals, s_ids = lp[tied].sort(dim=-1, descending=True, stable=True)
+        vals[tied], ids[tied] = s_vals[:, :vals.shape[1]], s_ids[:, :vals.shape[1]]
+    return vals[:, :n], ids[:, :n]
 
 
 def probability_weights(x: torch.Tensor, temperatures: list[float]) -> torch.Tensor:
@@ -244,7 +308,9 @@ def largest(x: torch.Tensor, m: int) -> torch.Tensor:
     a = x.numpy()
     if m < vocab:
         a = np.partition(a, vocab - m, axis=-1)[:, vocab - m:]
-    return torch.from_numpy(np.ascontiguousarray(np.sort(a, axis=-1)[:, ::-1]))
+    # A copy, not ascontiguousarray: that keeps the negative stride of a
+    # [n, 1] view (it counts as contiguous), which torch.from_numpy refuses.
+    return torch.from_numpy(np.sort(a, axis=-1)[:, ::-1].copy())
 
 
 def apply_top_p(w: torch.Tensor, top_p: list[float]) -> None:

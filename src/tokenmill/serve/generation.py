@@ -63,6 +63,9 @@ async def run_generation(request: Request, engine, formatter: Formatter, prompt,
         raise from_request_error(exc, {"prompt": prompt_param}) from exc
     except StopAsyncIteration as exc:
         raise ApiError(500, "the engine ended the request without output") from exc
+    if first.finish_reason == "error":  # nothing sent yet: a plain error answer
+        await outputs.aclose()
+        raise _engine_failure(first)
     if stream:
         body = _sse(request, outputs, first, formatter, timer, include_usage)
         return SSEResponse(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -73,6 +76,8 @@ async def _collect(request: Request, outputs: AsyncIterator[RequestOutput], out:
                    formatter: Formatter, timer: RequestTimer) -> Response:
     try:
         while True:
+            if out.finish_reason == "error":
+                raise _engine_failure(out)
             timer.observe(out)
             formatter.add(out)
             if out.finished:
@@ -89,6 +94,8 @@ async def _sse(request: Request, outputs: AsyncIterator[RequestOutput], out: Req
     first = True
     try:
         while True:
+            if out.finish_reason == "error":
+                raise _engine_failure(out)
             timer.observe(out)
             for chunk in formatter.chunks(out, first):
                 yield _event(chunk.model_dump_json())
@@ -101,12 +108,20 @@ async def _sse(request: Request, outputs: AsyncIterator[RequestOutput], out: Req
             out = await outputs.__anext__()
         if include_usage:
             yield _event(formatter.usage_chunk(Usage.from_output(out)).model_dump_json())
-    except Exception as exc:  # the engine failed mid-stream: the 200 is already sent
+    except ApiError as exc:  # the engine failed this request mid-stream: the 200 is already sent
+        log.error("request %s failed mid-stream: %s", formatter.request_id, exc.message)
+        yield _event(json.dumps(error_body(exc.status, f"generation failed: {exc.message}", code=exc.code)))
+    except Exception as exc:
         log.exception("request %s failed mid-stream", formatter.request_id)
         yield _event(json.dumps(error_body(500, f"generation failed: {exc}")))
     finally:
         await outputs.aclose()
     yield "data: [DONE]\n\n"
+
+
+def _engine_failure(out: RequestOutput) -> ApiError:
+    """The engine failed this request alone (the others in its step went on)."""
+    return ApiError(500, out.error or "the engine failed this request", code="engine_error")
 
 
 def _event(payload: str) -> str:

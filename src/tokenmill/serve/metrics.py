@@ -44,9 +44,17 @@ class EngineStatsCollector:
             ("num_preemptions", "Requests preempted by the scheduler.", s.num_preemptions),
             ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries),
             ("prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits),
+            ("forward_retries", "Steps whose forward pass raised and was retried without the suspect requests.",
+             s.forward_retries),
         ]
         for name, doc, value in counters:
             yield CounterMetricFamily(f"tokenmill:{name}", doc, value=value)
+        failures = CounterMetricFamily("tokenmill:request_failures",
+                                       "Requests the engine failed on their own (the rest of the step went on), "
+                                       "by stage.", labels=["stage"])
+        for stage in ("forward", "sampling", "output"):
+            failures.add_metric([stage], s.request_failures.get(stage, 0))
+        yield failures
 
 
 class ServerMetrics:

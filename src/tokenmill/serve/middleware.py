@@ -6,13 +6,16 @@ untouched and the client's disconnect still reaches the route.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from tokenmill.serve.errors import error_body
 from tokenmill.serve.metrics import ServerMetrics
 
-# Refused bodies up to this multiple of the limit are read to the end first.
-_DRAIN_FACTOR = 16
+# A refused body is read to its end (for at most this long) before the 413 goes
+# out: closing a socket with unread data makes the kernel send RST, and the
+# client, still uploading, may never see the answer (nginx's lingering close).
+_DRAIN_SECONDS = 30.0
 
 KNOWN_ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
 
@@ -57,8 +60,7 @@ class BodyLimitMiddleware:
             return await self.app(scope, receive, send)
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            if declared <= _DRAIN_FACTOR * self.max_bytes:
-                await _drain(receive)
+            await _drain(receive)
             return await self._too_large(send)
         chunks, size, more = [], 0, True
         while more:
@@ -69,7 +71,7 @@ class BodyLimitMiddleware:
             more = message.get("more_body", False)
             size += len(chunk)
             if size > self.max_bytes:
-                if more and size <= _DRAIN_FACTOR * self.max_bytes:
+                if more:
                     await _drain(receive)
                 return await self._too_large(send)
             chunks.append(chunk)
@@ -96,12 +98,17 @@ class BodyLimitMiddleware:
 
 
 async def _drain(receive) -> None:
-    """Read and drop the rest of a refused body: closing a socket with unread
-    data makes the kernel send RST, and the client may never see the 413."""
-    while True:
-        message = await receive()
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            return
+    """Read and drop the rest of a refused body, for up to _DRAIN_SECONDS."""
+    async def read_to_end() -> None:
+        while True:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+
+    try:
+        await asyncio.wait_for(read_to_end(), _DRAIN_SECONDS)
+    except asyncio.TimeoutError:
+        pass  # a client still sending after that long gets the 413 and a closed connection
 
 
 def _content_length(scope) -> int | None:

@@ -27,6 +27,11 @@ PRESETS = {
                       num_layers=16, num_heads=32, num_kv_heads=8, head_dim=64, rms_norm_eps=1e-5,
                       rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
                       rope_scaling=_LLAMA3_SCALING, eos_token_ids=(128009,)),
+    # For tests: a forward pass in well under a millisecond.
+    "tiny": dict(family="llama", vocab_size=512, hidden_size=128, intermediate_size=256,
+                 num_layers=2, num_heads=4, num_kv_heads=2, head_dim=32, rms_norm_eps=1e-5,
+                 rope_theta=10000.0, max_position_embeddings=2048, tie_word_embeddings=True,
+                 eos_token_ids=(2,)),
     "smollm2-135m": dict(family="llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
                          num_layers=30, num_heads=9, num_kv_heads=3, head_dim=64, rms_norm_eps=1e-5,
                          rope_theta=100000.0, max_position_embeddings=8192, tie_word_embeddings=True,

@@ -1,0 +1,80 @@
+"""Property-based fuzz of SamplingParams + Sampler: any combination of sampling
+fields, extreme floats included, is either refused with a ValueError naming
+the field, or sampled to a token inside the vocabulary without changing what
+the other rows of the batch get.
+
+Run long: ``pytest --hypothesis-profile=long tests/test_sampler_fuzz.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
+from tokenmill.errors import RequestError
+from tokenmill.sampling_params import SamplingParams
+
+VOCAB = 700  # three 256-id blocks of the draw, the last one padded
+FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
+
+# Values that broke samplers before: subnormals, underflow to zero in float32,
+# overflow on division, the bounds themselves, and non-numbers.
+EXTREME_FLOATS = [0.0, -0.0, 5e-324, 1e-310, 1e-46, 1e-45, 1e-40, 1e-38, 1e-10, 1e-6, 1e-5, 0.01, 0.0099,
+                  0.5, 0.9999999, 1.0, 1.0000001, 2.0, 2.0000001, 100.0, 100.5, 1e38, 3.5e38, 1e300,
+                  math.inf, -math.inf, math.nan, -1e-46, -1.0, -2.0, -2.5]
+floats = st.one_of(st.sampled_from(EXTREME_FLOATS), st.floats(allow_nan=True, allow_infinity=True),
+                   st.floats(-3.0, 3.0))
+ints = st.one_of(st.sampled_from([-2, -1, 0, 1, 2, VOCAB - 1, VOCAB, 10 ** 9, 2 ** 63, -(2 ** 63) - 1]),
+                 st.integers(-5, 2 * VOCAB))
+junk = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.lists(st.integers(0, 3), max_size=2))
+
+field_values = {
+    "temperature": st.one_of(floats, ints, junk),
+    "top_p": st.one_of(floats, junk),
+    "top_k": st.one_of(ints, floats, junk),
+    "min_p": st.one_of(floats, junk),
+    "repetition_penalty": st.one_of(floats, junk),
+    "frequency_penalty": st.one_of(floats, junk),
+    "presence_penalty": st.one_of(floats, junk),
+    "seed": st.one_of(ints, junk),
+    "logprobs": st.one_of(st.integers(-1, 21), junk),
+    "max_tokens": st.one_of(st.integers(-1, 5), junk),
+}
+fuzz_params = st.fixed_dictionaries({}, optional=field_values)
+history = st.lists(st.integers(-3, VOCAB + 3), max_size=40)  # out-of-vocabulary ids too
+
+
+def control_rows() -> list[SamplingRow]:
+    """A greedy, a seeded and a penalized-greedy row with logprobs: their tokens
+    must not depend on what else is in the batch."""
+    return [SamplingRow(SamplingParams(temperature=0.0), [1, 2], [], None),
+            SamplingRow(SamplingParams(temperature=0.8, top_p=0.95, seed=7, logprobs=3), [3], [4],
+                        make_generator(7)),
+            SamplingRow(SamplingParams(temperature=0.0, repetition_penalty=1.3, logprobs=1), [5, 6], [5], None)]
+
+
+@given(fields=fuzz_params, prompt=history, output=history, logit_scale=st.sampled_from([0.0, 1.0, 30.0, 1e4]),
+       seed=st.integers(0, 2 ** 16))
+def test_any_sampling_params_are_refused_by_name_or_sampled_in_isolation(fields, prompt, output, logit_scale, seed):
+    try:
+        params = SamplingParams(**fields)
+    except RequestError as exc:
+        assert exc.param in FIELDS and str(exc).startswith(f"{exc.param}: "), exc
+        return
+    logits = torch.randn(4, VOCAB + 12, generator=torch.Generator().manual_seed(seed)) * logit_scale
+    fuzzed = SamplingRow(params, prompt, output, make_generator(params.seed))
+    alone = Sampler(VOCAB)(logits[:3].clone(), control_rows())
+    mixed = Sampler(VOCAB)(logits, control_rows() + [fuzzed])
+    assert mixed.errors == {}
+    assert 0 <= mixed.token_ids[3] < VOCAB
+    assert mixed.token_ids[:3] == alone.token_ids
+    assert mixed.logprobs[:3] == alone.logprobs
+    if params.greedy and not params.uses_penalties:
+        assert mixed.token_ids[3] == logits[3, :VOCAB].argmax().item()
+    if params.logprobs is not None:
+        assert math.isfinite(mixed.logprobs[3].logprob)
