@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections import Counter
 
 import httpx
@@ -23,29 +22,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from _fuzz_strategies import junk, sampling_fields
 from conftest import FUZZ_STATUSES
 
 CONTROL = {"messages": [{"role": "user", "content": "Write a short story about a lighthouse keeper."}],
            "max_tokens": 32, "temperature": 0, "ignore_eos": True, "stream": True}
 REQUESTS_PER_EXAMPLE = 3
 
-EXTREME_FLOATS = [0.0, -0.0, 5e-324, 1e-310, 1e-46, 1e-45, 1e-40, 1e-38, 1e-10, 1e-5, 0.01, 0.5, 0.9999999,
-                  1.0, 1.0000001, 2.0, 2.5, 100.0, 1e38, 1e300, math.inf, -math.inf, math.nan, -1e-46, -2.0]
-floats = st.one_of(st.sampled_from(EXTREME_FLOATS), st.floats(allow_nan=True, allow_infinity=True),
-                   st.floats(-3.0, 3.0))
-ints = st.one_of(st.sampled_from([-2, -1, 0, 1, 2, 49151, 49152, 2 ** 63, 2 ** 64, -(2 ** 63) - 1]),
-                 st.integers(-5, 100))
-junk = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.lists(st.integers(0, 3), max_size=2),
-                 st.just({}))
 SAMPLING_FIELDS = {
-    "temperature": st.one_of(floats, ints, junk),
-    "top_p": st.one_of(floats, junk),
-    "top_k": st.one_of(ints, floats, junk),
-    "min_p": st.one_of(floats, junk),
-    "repetition_penalty": st.one_of(floats, junk),
-    "frequency_penalty": st.one_of(floats, junk),
-    "presence_penalty": st.one_of(floats, junk),
-    "seed": st.one_of(ints, junk),
+    **sampling_fields(49152),
     "stop": st.one_of(st.text(max_size=3), st.lists(st.text(max_size=3), max_size=3), junk),
     "n": st.one_of(st.sampled_from([1, 2, 0]), junk),
     "ignore_eos": st.one_of(st.booleans(), junk),

@@ -75,6 +75,7 @@ def test_forward_failure_retries_without_the_suspect(engine, clean, monkeypatch,
     after = engine.stats()
     assert after.forward_retries == before.forward_retries + 1  # only the first step failed
     assert after.request_failures.get("forward", 0) == before.request_failures.get("forward", 0) + 1
+    assert after.aborted_requests.get("error", 0) == before.aborted_requests.get("error", 0) + 1
     assert engine.pool.num_used_blocks == 0 and not engine.requests
     assert any(results[2].request_id in rec.getMessage() and "forward" in rec.getMessage()
                for rec in caplog.records)

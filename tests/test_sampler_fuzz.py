@@ -15,6 +15,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from _fuzz_strategies import junk, sampling_fields
 from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
 from tokenmill.errors import RequestError
 from tokenmill.sampling_params import SamplingParams
@@ -22,26 +23,8 @@ from tokenmill.sampling_params import SamplingParams
 VOCAB = 700  # three 256-id blocks of the draw, the last one padded
 FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 
-# Values that broke samplers before: subnormals, underflow to zero in float32,
-# overflow on division, the bounds themselves, and non-numbers.
-EXTREME_FLOATS = [0.0, -0.0, 5e-324, 1e-310, 1e-46, 1e-45, 1e-40, 1e-38, 1e-10, 1e-6, 1e-5, 0.01, 0.0099,
-                  0.5, 0.9999999, 1.0, 1.0000001, 2.0, 2.0000001, 100.0, 100.5, 1e38, 3.5e38, 1e300,
-                  math.inf, -math.inf, math.nan, -1e-46, -1.0, -2.0, -2.5]
-floats = st.one_of(st.sampled_from(EXTREME_FLOATS), st.floats(allow_nan=True, allow_infinity=True),
-                   st.floats(-3.0, 3.0))
-ints = st.one_of(st.sampled_from([-2, -1, 0, 1, 2, VOCAB - 1, VOCAB, 10 ** 9, 2 ** 63, -(2 ** 63) - 1]),
-                 st.integers(-5, 2 * VOCAB))
-junk = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.lists(st.integers(0, 3), max_size=2))
-
 field_values = {
-    "temperature": st.one_of(floats, ints, junk),
-    "top_p": st.one_of(floats, junk),
-    "top_k": st.one_of(ints, floats, junk),
-    "min_p": st.one_of(floats, junk),
-    "repetition_penalty": st.one_of(floats, junk),
-    "frequency_penalty": st.one_of(floats, junk),
-    "presence_penalty": st.one_of(floats, junk),
-    "seed": st.one_of(ints, junk),
+    **sampling_fields(VOCAB),
     "logprobs": st.one_of(st.integers(-1, 21), junk),
     "max_tokens": st.one_of(st.integers(-1, 5), junk),
 }

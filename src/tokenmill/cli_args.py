@@ -39,6 +39,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                    help="residual add + RMSNorm, rotary embedding, SiLU-and-mul and the greedy argmax: cpp "
                         "(fused C++ kernels; CPU, "
                         "float32/bfloat16, built with the attention kernel) or torch; auto: cpp where it applies")
+    g.add_argument("--deterministic", action="store_true",
+                   help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
+                        "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "
+                        "float32/bfloat16, C++ kernels, no --quantization; slower, see docs/PERFORMANCE.md)")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")
@@ -92,7 +96,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
         served_model_name=args.served_model_name, device=args.device, dtype=args.dtype,
         quantization=args.quantization, attention_backend=args.attention_backend, fused_ops=args.fused_ops,
-        max_model_len=args.max_model_len, block_size=args.block_size,
+        deterministic=args.deterministic, max_model_len=args.max_model_len, block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
         enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_waiting_requests=args.max_waiting_requests,

@@ -50,6 +50,13 @@ class EngineConfig:
     runs each as one fused C++ kernel (CPU, float32/bfloat16; built with the
     attention kernel); torch runs plain torch ops. auto: cpp where it applies
     and builds, torch otherwise."""
+    deterministic: bool = False
+    """Batch-invariant mode: a request's tokens do not depend on the other
+    requests in its steps, on how its prompt was chunked, on prefix-cache hits
+    or on preemption (greedy and seeded sampling, float32 and bfloat16). CPU
+    only; needs the C++ kernels, uses the batch-invariant linear kernel
+    (kernels/invariant_linear.py) and samples row by row. Not with
+    ``quantization``. Costs: docs/PERFORMANCE.md."""
     max_model_len: int | None = None
     """Longest prompt + output in tokens; None: the model's context length capped
     by the KV cache capacity."""

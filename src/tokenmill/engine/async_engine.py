@@ -46,7 +46,7 @@ class AsyncEngine:
         self.max_model_len = engine.max_model_len
         self.tokenizer = engine.tokenizer
         self._streams: dict[str, _Stream] = {}
-        self._inbox: list[tuple[str, object]] = []  # ("add", Request) | ("abort", request_id)
+        self._inbox: list[tuple[str, object]] = []  # ("add", Request) | ("abort", (request_id, reason))
         self._pending_adds = 0
         self._cv = threading.Condition()
         self._stopped = False
@@ -83,15 +83,15 @@ class AsyncEngine:
                 if finished:
                     return
         finally:
-            if not finished:  # client went away (or errored): free its blocks
-                self._submit_abort(request.request_id)
+            if not finished:  # the consumer stopped reading (client went away): free its blocks
+                self._submit_abort(request.request_id, "client_disconnect")
 
     async def abort(self, request_id: str) -> None:
-        self._submit_abort(request_id)
+        self._submit_abort(request_id, "abort")
 
-    def _submit_abort(self, request_id: str) -> None:
+    def _submit_abort(self, request_id: str, reason: str) -> None:
         with self._cv:
-            self._inbox.append(("abort", request_id))
+            self._inbox.append(("abort", (request_id, reason)))
             self._cv.notify()
 
     def stats(self) -> EngineStats:
@@ -115,7 +115,7 @@ class AsyncEngine:
                 stopping = self._stopped
             if stopping:
                 self._apply(inbox)
-                self._fail_all(RuntimeError("the engine is shutting down"))
+                self._fail_all(RuntimeError("the engine is shutting down"), "shutdown")
                 return
             self._apply(inbox)
             if not self.engine.has_unfinished_requests():
@@ -125,7 +125,7 @@ class AsyncEngine:
                 outputs = self.engine.step()
             except Exception as exc:  # a model failure must not strand the clients
                 log.exception("engine step failed; failing the running requests")
-                self._fail_all(exc)
+                self._fail_all(exc, "error")
                 continue
             self._refresh_stats()
             for out in outputs:
@@ -142,7 +142,8 @@ class AsyncEngine:
                     log.exception("adding request %s failed", payload.request_id)
                     self._deliver_final(payload.request_id, exc)
             else:
-                self._deliver_final(payload, self.engine.abort(payload))
+                request_id, reason = payload
+                self._deliver_final(request_id, self.engine.abort(request_id, reason))
         # Move the adds from "pending" to "waiting" in one locked update, so the
         # queue-limit check in generate() never sees a request in neither.
         with self._cv:
@@ -162,9 +163,9 @@ class AsyncEngine:
         if stream is not None and item is not None:
             stream.put(item)
 
-    def _fail_all(self, exc: Exception) -> None:
+    def _fail_all(self, exc: Exception, reason: str) -> None:
         for rid in list(self.engine.requests):
-            self.engine.abort(rid)
+            self.engine.abort(rid, reason)
             stream = self._streams.pop(rid, None)
             if stream is not None:
                 stream.put(RuntimeError(f"engine step failed: {exc}"))

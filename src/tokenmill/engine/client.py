@@ -14,6 +14,15 @@ from tokenmill.outputs import RequestOutput
 from tokenmill.sampling_params import SamplingParams
 
 
+ABORT_REASONS = {
+    "client_disconnect": "the consumer of its output stream left (an HTTP client that disconnected)",
+    "abort": "an explicit abort() call",
+    "error": "the engine failed it (the other requests of its step went on)",
+    "shutdown": "the engine stopped while it was in flight",
+}
+"""Why a request ended early (EngineStats.aborted_requests keys)."""
+
+
 @dataclass
 class EngineStats:
     """A snapshot of the engine's gauges and counters (for /metrics)."""
@@ -36,6 +45,8 @@ class EngineStats:
     """Steps whose forward pass raised and was retried without the suspect requests (cumulative)."""
     request_failures: dict[str, int] = field(default_factory=dict)
     """Requests the engine failed on their own, by stage: 'forward', 'sampling', 'output' (cumulative)."""
+    aborted_requests: dict[str, int] = field(default_factory=dict)
+    """Requests ended before they finished, by reason (ABORT_REASONS; cumulative)."""
 
     @property
     def kv_usage(self) -> float:
@@ -67,6 +78,8 @@ class EngineClient(Protocol):
         """
         ...
 
-    async def abort(self, request_id: str) -> None: ...
+    async def abort(self, request_id: str) -> None:
+        """Stop a request, waiting or running, and free its blocks (reason 'abort')."""
+        ...
 
     def stats(self) -> EngineStats: ...

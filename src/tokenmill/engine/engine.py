@@ -15,14 +15,15 @@ import torch
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.block_pool import BlockPool
-from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.client import EngineStats
+from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.output_processor import RequestTextState
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (
     kv_cache_bytes,
     resolve_decode_kernel,
+    resolve_deterministic,
     resolve_device,
     resolve_dtype,
     resolve_fused_ops,
@@ -31,6 +32,7 @@ from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.errors import RequestError
+from tokenmill.kernels.invariant_linear import make_batch_invariant
 from tokenmill.kernels.quantize import quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
@@ -61,12 +63,17 @@ class LLMEngine:
         self.dtype = resolve_dtype(config.dtype, self.device)
         if config.num_threads and self.device.type == "cpu":
             torch.set_num_threads(config.num_threads)
+        # Checked before the weights load: a configuration that cannot be
+        # batch-invariant fails fast, naming the field.
+        invariant_kernels = resolve_deterministic(config, self.device, self.dtype) if config.deterministic else None
         source = config.model or str(embedded_gguf_path())
         loaded = load_model(source, config.load_format, self.device, self.dtype, seed=config.seed)
         self.arch = loaded.arch
         self.model = loaded.model
         if config.quantization is not None:
             quantize_model(self.model, config.quantization)
+        if invariant_kernels is not None:
+            make_batch_invariant(self.model, invariant_kernels)
         self.tokenizer = self._load_tokenizer(config.tokenizer or loaded.tokenizer_source)
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
         self.model_name = self.config.served_model_name
@@ -76,16 +83,22 @@ class LLMEngine:
         self.pool = BlockPool(c.num_kv_blocks, c.block_size)
         self.kv = KVCacheManager(self.pool, c.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, c.max_num_seqs, c.max_num_batched_tokens)
-        self.attention_backend, decode_kernel = resolve_decode_kernel(c.attention_backend, self.device, self.dtype)
-        self.fused_ops, self.model.ops = resolve_fused_ops(c.fused_ops, self.device, self.dtype)
+        # Deterministic mode needs the C++ attention and fused ops: each computes a
+        # token's row the same way whatever else is in the step.
+        self.attention_backend, decode_kernel = resolve_decode_kernel(
+            "cpp" if c.deterministic else c.attention_backend, self.device, self.dtype)
+        self.fused_ops, self.model.ops = resolve_fused_ops("cpp" if c.deterministic else c.fused_ops,
+                                                          self.device, self.dtype)
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel)
-        self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax)
+        self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
+                               row_by_row=c.deterministic)
         self.requests: dict[str, Request] = {}
         self.text_states: dict[str, RequestTextState] = {}
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_forward_retries = 0
         self.request_failures: dict[str, int] = {}  # stage -> requests the engine failed there
+        self.aborted_requests: dict[str, int] = {}  # reason -> requests ended before they finished
 
     @staticmethod
     def _load_tokenizer(source: str | None):
@@ -155,17 +168,21 @@ class LLMEngine:
         self.add(request)
         return request.request_id
 
-    def abort(self, request_id: str) -> RequestOutput | None:
-        """Stop a request and free its blocks; returns its final output, or None if unknown."""
+    def abort(self, request_id: str, reason: str = "abort") -> RequestOutput | None:
+        """Stop a request, waiting or running, and free its blocks; returns its
+        final output, or None if unknown. ``reason`` is counted in
+        ``stats().aborted_requests`` (ABORT_REASONS)."""
         req = self.requests.get(request_id)
         if req is None:
             return None
         self.scheduler.finish(req, RequestStatus.FINISHED_ABORTED)
         try:
-            return self._finalize(req, RequestStatus.FINISHED_ABORTED, None)[0]
-        except Exception as exc:  # flushing its text failed: it ends all the same
+            out = self._finalize(req, RequestStatus.FINISHED_ABORTED, None)[0]
+        except Exception as exc:  # flushing its text failed: it ends all the same (counted as an error)
             log.exception("output processing failed for aborted request %s", request_id)
             return self._fail(req, "output", f"{type(exc).__name__}: {exc}")
+        self.aborted_requests[reason] = self.aborted_requests.get(reason, 0) + 1
+        return out
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_work()
@@ -239,6 +256,7 @@ class LLMEngine:
         """End one request with an error (its blocks freed); the others go on."""
         log.error("request %s failed (stage: %s): %s", req.request_id, stage, message)
         self.request_failures[stage] = self.request_failures.get(stage, 0) + 1
+        self.aborted_requests["error"] = self.aborted_requests.get("error", 0) + 1
         self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)
         self._forget(req)
         return RequestOutput(
@@ -270,6 +288,7 @@ class LLMEngine:
             generation_tokens=self.num_generation_tokens,
             forward_retries=self.num_forward_retries,
             request_failures=dict(self.request_failures),
+            aborted_requests=dict(self.aborted_requests),
         )
 
     def take_kv_events(self):

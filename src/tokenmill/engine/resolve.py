@@ -73,6 +73,29 @@ def _cpu_kernels(field: str, backend: str, device: torch.device, dtype: torch.dt
     return module
 
 
+def resolve_deterministic(config, device: torch.device, dtype: torch.dtype):
+    """The compiled CPU module that --deterministic runs on, or a ValueError
+    naming ``deterministic`` when this configuration cannot be batch-invariant."""
+    def refuse(why: str):
+        raise ValueError(f"deterministic: {why}")
+
+    if device.type != "cpu":
+        refuse(f"batch-invariant kernels exist for CPU only, not {device.type}")
+    if dtype not in (torch.float32, torch.bfloat16):
+        refuse(f"runs in float32 or bfloat16, not {str(dtype).removeprefix('torch.')}")
+    if config.quantization is not None:
+        refuse(f"not available with quantization {config.quantization!r} (its matmuls are not batch-invariant)")
+    for field in ("attention_backend", "fused_ops"):
+        if getattr(config, field) == "torch":
+            refuse(f"needs the C++ kernels, but {field} is 'torch' (torch's ops depend on the batch shape)")
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels, missing_toolchain
+
+    module = load_cpu_kernels()
+    if module is None:
+        refuse(f"needs the C++ kernels, which could not be built ({missing_toolchain() or 'see the log'})")
+    return module
+
+
 def kv_cache_bytes(requested_gib: float | None, device: torch.device) -> int:
     if requested_gib is not None:
         return int(requested_gib * (1 << 30))

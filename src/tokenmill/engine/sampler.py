@@ -65,12 +65,16 @@ def make_generator(seed: int | None) -> torch.Generator | None:
 
 
 class Sampler:
-    def __init__(self, vocab_size: int, seed: int = 0, argmax: Callable | None = None):
+    def __init__(self, vocab_size: int, seed: int = 0, argmax: Callable | None = None, row_by_row: bool = False):
         """argmax: greedy rows' argmax with tie counts (FusedOps.argmax: the C++ one
-        reads bf16 logits directly on CPU); None: torch's."""
+        reads bf16 logits directly on CPU); None: torch's.
+        row_by_row: sample each row on its own (deterministic mode): torch splits a
+        sum over the vocabulary differently for different row counts, which moves
+        top-p cut-offs and draws in their last bits."""
         self.vocab_size = vocab_size
         self.generator = torch.Generator().manual_seed(seed)
         self.argmax = argmax or TORCH_FUSED_OPS.argmax
+        self.row_by_row = row_by_row
 
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
@@ -88,10 +92,11 @@ class Sampler:
             return SamplerOutput([], [])
         logits = logits[:, :self.vocab_size]  # [R, V]
         u = self._uniforms(rows)  # [R] float64; NaN on greedy rows (they draw nothing)
-        try:
-            return self._sample_rows(logits, rows, u, exact_logits)
-        except Exception:
-            log.exception("sampling a batch of %d rows raised; sampling each row on its own", len(rows))
+        if not self.row_by_row:
+            try:
+                return self._sample_rows(logits, rows, u, exact_logits)
+            except Exception:
+                log.exception("sampling a batch of %d rows raised; sampling each row on its own", len(rows))
         out = SamplerOutput([-1] * len(rows), [None] * len(rows))
         for i, row in enumerate(rows):
             try:

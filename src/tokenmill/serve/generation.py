@@ -2,9 +2,10 @@
 
 The first output is pulled before any response starts: the engine validates
 and admits a request on the first iteration, so a bad prompt or a full queue
-becomes a plain 400/429 instead of an error inside a 200 stream.
-Every exit path closes the engine's iterator, which aborts an unfinished
-request and frees its KV blocks.
+becomes a plain 400/429 instead of an error inside a 200 stream. Until the
+answer starts, a DisconnectWatcher aborts the request as soon as its client
+leaves (queued or prefilling). Every exit path closes the engine's iterator,
+which aborts an unfinished request and frees its KV blocks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from tokenmill.outputs import RequestOutput
+from tokenmill.serve.disconnect import ClientGone, DisconnectWatcher
 from tokenmill.serve.errors import ApiError, error_body, from_request_error
 from tokenmill.serve.metrics import RequestTimer
 from tokenmill.serve.responses import Usage
@@ -57,22 +59,31 @@ async def run_generation(request: Request, engine, formatter: Formatter, prompt,
                          timer: RequestTimer, *, stream: bool, include_usage: bool,
                          prompt_param: str) -> Response:
     outputs = engine.generate(prompt, params, formatter.request_id)
+    watcher = DisconnectWatcher(request)  # from now until the answer starts
     try:
-        first = await outputs.__anext__()
-    except ValueError as exc:  # RequestError and the engine's other input checks
-        raise from_request_error(exc, {"prompt": prompt_param}) from exc
-    except StopAsyncIteration as exc:
-        raise ApiError(500, "the engine ended the request without output") from exc
-    if first.finish_reason == "error":  # nothing sent yet: a plain error answer
-        await outputs.aclose()
-        raise _engine_failure(first)
-    if stream:
-        body = _sse(request, outputs, first, formatter, timer, include_usage)
-        return SSEResponse(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    return await _collect(request, outputs, first, formatter, timer)
+        try:
+            first = await watcher.next(outputs)
+        except ValueError as exc:  # RequestError and the engine's other input checks
+            raise from_request_error(exc, {"prompt": prompt_param}) from exc
+        except StopAsyncIteration as exc:
+            raise ApiError(500, "the engine ended the request without output") from exc
+        except ClientGone:  # left while queued or prefilling: aborted, nobody to answer
+            return Response(status_code=CLIENT_CLOSED)
+        if first.finish_reason == "error":  # nothing sent yet: a plain error answer
+            raise _engine_failure(first)
+        if stream:
+            watcher.close()  # the streaming response listens for the disconnect itself
+            body = _sse(request, outputs, first, formatter, timer, include_usage)
+            return SSEResponse(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return await _collect(watcher, outputs, first, formatter, timer)
+    except BaseException:
+        await outputs.aclose()  # aborts the request unless it finished
+        raise
+    finally:
+        watcher.close()
 
 
-async def _collect(request: Request, outputs: AsyncIterator[RequestOutput], out: RequestOutput,
+async def _collect(watcher: DisconnectWatcher, outputs: AsyncIterator[RequestOutput], out: RequestOutput,
                    formatter: Formatter, timer: RequestTimer) -> Response:
     try:
         while True:
@@ -82,9 +93,9 @@ async def _collect(request: Request, outputs: AsyncIterator[RequestOutput], out:
             formatter.add(out)
             if out.finished:
                 return JSONResponse(formatter.response(out).model_dump(mode="json"))
-            if await request.is_disconnected():
-                return Response(status_code=CLIENT_CLOSED)
-            out = await outputs.__anext__()
+            out = await watcher.next(outputs)
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
     finally:
         await outputs.aclose()
 

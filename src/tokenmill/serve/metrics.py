@@ -13,7 +13,7 @@ import time
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from tokenmill.engine.client import EngineClient
+from tokenmill.engine.client import ABORT_REASONS, EngineClient
 from tokenmill.outputs import RequestOutput
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -55,6 +55,13 @@ class EngineStatsCollector:
         for stage in ("forward", "sampling", "output"):
             failures.add_metric([stage], s.request_failures.get(stage, 0))
         yield failures
+        aborted = CounterMetricFamily("tokenmill:aborted_requests",
+                                      "Requests ended before they finished, by reason: " +
+                                      "; ".join(f"{k}: {v}" for k, v in ABORT_REASONS.items()) + ".",
+                                      labels=["reason"])
+        for reason in ABORT_REASONS:
+            aborted.add_metric([reason], s.aborted_requests.get(reason, 0))
+        yield aborted
 
 
 class ServerMetrics:

@@ -53,6 +53,7 @@ def banner(engine, url: str) -> str:
     if inner is not None:
         lines += [f"device:        {inner.device}", f"dtype:         {str(inner.dtype).removeprefix('torch.')}",
                   f"attention:     {inner.attention_backend}", f"fused ops:     {inner.fused_ops}",
+                  f"deterministic: {'on (batch-invariant kernels)' if config.deterministic else 'off'}",
                   (f"KV cache:      {config.num_kv_blocks} blocks x {config.block_size} tokens = "
                    f"{config.num_kv_blocks * config.block_size} tokens")]
     lines += [f"max_model_len: {engine.max_model_len}", f"listening on {url}"]

@@ -7,5 +7,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pybind11::arg("residual"), pybind11::arg("delta"), pybind11::arg("weight"), pybind11::arg("eps"));
     m.def("silu_and_mul", &tokenmill::silu_and_mul, "silu(gate) * up over [T, 2I] (CPU)");
     m.def("rotary_embedding", &tokenmill::rotary_embedding, "rotary embedding in place, HF layout (CPU)");
+    m.def("pack_invariant_weight", &tokenmill::pack_invariant_weight,
+          "W [N, K] -> the panel layout invariant_linear reads (CPU)");
+    m.def("invariant_linear", &tokenmill::invariant_linear,
+          "x @ W^T + bias, each element the same sum whatever the batch (CPU)",
+          pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("n"), pybind11::arg("bias"));
     m.def("argmax_rows", &tokenmill::argmax_rows, "(first index of each row's max, how many columns hold it) (CPU)");
 }

@@ -20,4 +20,8 @@ torch::Tensor silu_and_mul(torch::Tensor gate_up);
 torch::Tensor rotary_embedding(torch::Tensor x, torch::Tensor cos, torch::Tensor sin);
 std::tuple<torch::Tensor, torch::Tensor> argmax_rows(torch::Tensor x);
 
+// invariant_linear.cpp
+torch::Tensor pack_invariant_weight(torch::Tensor weight);
+torch::Tensor invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std::optional<torch::Tensor> bias);
+
 }  // namespace tokenmill
