@@ -14,10 +14,16 @@
 //
 // Layouts (chosen at compile time, the same for every call on this build):
 // - float32, and bfloat16 without AVX512-BF16: [P][K][16]: P = ceil(N / 16) panels;
-// - bfloat16 with AVX512-BF16: [P][K2][16][2], K2 = ceil(K / 2): k in pairs for
-//   vdpbf16ps, which adds both products of a pair into the float32 lane; an odd K's
-//   last pair is padded with a zero weight.
-// Columns past N (the last panel's padding) hold zeros and are never stored.
+// - bfloat16 with AVX512-BF16: [P2][K2][16][2]: k in pairs for vdpbf16ps (and AMX's
+//   tdpbf16ps), which add both products of a pair into a float32 lane. K2 = ceil(K / 32)
+//   * 16 pairs and P2 = P rounded up to even, the padding zeros: AMX reads k in blocks of
+//   32 and columns in tiles of 32; the vector path reads only the pairs it needs.
+// Columns past N (the last panels' padding) hold zeros and are never stored.
+//
+// bfloat16 on a CPU with AMX (and the kernel allowed to use it) runs on AMX tiles:
+// C[16 x 16] += A[16 rows x 32 k] . B[32 k x 16 columns], k blocks in order, so each
+// element is again one fixed sequence whatever the rows beside it. AMX or the vector
+// path is decided once per process, so a process never mixes the two.
 #include "ops.h"
 #include "vec.h"
 
@@ -26,10 +32,17 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace {
 
 constexpr int64_t kLanes = 16;   // output columns per panel
+constexpr int64_t kKBlock = 32;  // k per AMX block; the paired layout pads K to a multiple
 constexpr int kMaxRows = 6;      // rows per tile: 6 x 2 panels = 12 accumulators
 constexpr int kMaxPanels = 2;
 
@@ -86,26 +99,28 @@ void tile_pairs(const c10::BFloat16* x, int64_t K, const c10::BFloat16* panels, 
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) a[r][p] = _mm512_setzero_ps();
     const int64_t full = K / 2;
-    auto step = [&](int64_t j, const int32_t* pair_of_row) {
+    for (int64_t j = 0; j < full; ++j) {
         __m512bh w[P];
         for (int p = 0; p < P; ++p)
             w[p] = (__m512bh)_mm512_loadu_si512(panels + p * panel_stride + j * 2 * kLanes);
         for (int r = 0; r < R; ++r) {
-            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair_of_row[r]);
+            int32_t pair;  // x[r, 2j] and x[r, 2j + 1], broadcast to every lane
+            std::memcpy(&pair, x + r * K + 2 * j, sizeof(pair));
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
             for (int p = 0; p < P; ++p) a[r][p] = _mm512_dpbf16_ps(a[r][p], xv, w[p]);
         }
-    };
-    int32_t pairs[R];
-    for (int64_t j = 0; j < full; ++j) {
-        for (int r = 0; r < R; ++r) std::memcpy(&pairs[r], x + r * K + 2 * j, sizeof(int32_t));
-        step(j, pairs);
     }
     if (K % 2) {  // the last k alone, paired with a zero (its weight pair's second half is zero too)
+        __m512bh w[P];
+        for (int p = 0; p < P; ++p)
+            w[p] = (__m512bh)_mm512_loadu_si512(panels + p * panel_stride + full * 2 * kLanes);
         for (int r = 0; r < R; ++r) {
             const c10::BFloat16 two[2] = {x[r * K + K - 1], c10::BFloat16(0.f)};
-            std::memcpy(&pairs[r], two, sizeof(int32_t));
+            int32_t pair;
+            std::memcpy(&pair, two, sizeof(pair));
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+            for (int p = 0; p < P; ++p) a[r][p] = _mm512_dpbf16_ps(a[r][p], xv, w[p]);
         }
-        step(full, pairs);
     }
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) _mm512_storeu_ps(acc + (r * P + p) * kLanes, a[r][p]);
@@ -147,10 +162,108 @@ void tile(int rows, int npanels, const T* x, int64_t K, const T* panels, int64_t
     tile_portable<T>(x, K, panels, panel_stride, rows, npanels, acc);
 }
 
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
 template <typename T>
-int64_t panel_elems(int64_t K) {
-    return kPairs<T> ? (K + 1) / 2 * 2 * kLanes : K * kLanes;
+int64_t panel_elems(int64_t K) {  // elements of one packed panel
+    return kPairs<T> ? round_up(K, kKBlock) * kLanes : K * kLanes;
 }
+
+template <typename T>
+int64_t packed_panels(int64_t N) {  // panels in the packed tensor (the paired layout pads to even)
+    const int64_t P = (N + kLanes - 1) / kLanes;
+    return kPairs<T> ? round_up(P, 2) : P;
+}
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512BF16__) && defined(__linux__)
+#define TOKENMILL_AMX 1
+
+// Linux hands AMX tile state to a process only on request (kernel >= 5.16).
+bool request_amx() {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+bool amx_usable() {
+    static const bool ok = request_amx();  // decided once: a process never mixes AMX and vectors
+    return ok;
+}
+
+struct alignas(64) TileConfig {
+    uint8_t palette = 1;
+    uint8_t start_row = 0;
+    uint8_t reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+};
+
+// Tiles: 0-3 C (2 row blocks x 2 panels, 16 x 16 float32), 4-5 A (16 rows x 32 k bf16),
+// 6-7 B (16 k-pairs x 16 columns x 2 bf16). Every tile is 16 rows of 64 bytes.
+void load_tile_config() {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+// x [M, K] bf16 -> out [M, N] bf16 over the paired layout (K padded to 32, panels to even).
+void amx_linear(const c10::BFloat16* x, int64_t K, int64_t M, const c10::BFloat16* packed, int64_t N,
+                const float* bias, c10::BFloat16* out) {
+    const int64_t Kp = round_up(K, kKBlock), Mp = round_up(M, 32);
+    const int64_t panel_stride = Kp * kLanes, groups = packed_panels<c10::BFloat16>(N) / 2;
+    // A rows padded with zeros to a multiple of 32, k to a multiple of 32: zero rows and zero
+    // k add exact zeros, and each C element depends only on its own A row.
+    std::vector<c10::BFloat16> xpad(static_cast<size_t>(Mp * Kp), c10::BFloat16(0.f));
+    for (int64_t m = 0; m < M; ++m) std::memcpy(&xpad[m * Kp], x + m * K, K * sizeof(c10::BFloat16));
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+        load_tile_config();
+        alignas(64) float c[16 * 16];
+        for (int64_t g = begin; g < end; ++g) {
+            const c10::BFloat16* b0 = packed + 2 * g * panel_stride;
+            const c10::BFloat16* b1 = b0 + panel_stride;
+            for (int64_t m0 = 0; m0 < M; m0 += 32) {
+                const bool two = M - m0 > 16;  // rows m0 + 16.. exist: second row block
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t k0 = 0; k0 < Kp; k0 += kKBlock) {
+                    _tile_loadd(4, &xpad[m0 * Kp + k0], Kp * 2);
+                    _tile_loadd(6, b0 + k0 * kLanes, 64);
+                    _tile_loadd(7, b1 + k0 * kLanes, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    if (two) {
+                        _tile_loadd(5, &xpad[(m0 + 16) * Kp + k0], Kp * 2);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+                for (int t = 0; t < (two ? 4 : 2); ++t) {
+                    switch (t) {  // tile numbers must be compile-time constants
+                        case 0: _tile_stored(0, c, 64); break;
+                        case 1: _tile_stored(1, c, 64); break;
+                        case 2: _tile_stored(2, c, 64); break;
+                        default: _tile_stored(3, c, 64); break;
+                    }
+                    const int64_t r0 = m0 + (t / 2) * 16, n0 = (2 * g + t % 2) * kLanes;
+                    const int64_t r_end = std::min<int64_t>(r0 + 16, M), n_end = std::min<int64_t>(n0 + kLanes, N);
+                    for (int64_t r = r0; r < r_end; ++r)
+                        for (int64_t n = n0; n < n_end; ++n) {
+                            const float v = c[(r - r0) * 16 + (n - n0)];
+                            out[r * N + n] = c10::BFloat16(bias ? v + bias[n] : v);
+                        }
+                }
+            }
+        }
+        _tile_release();
+    });
+}
+#else
+#define TOKENMILL_AMX 0
+#endif
 
 void check_cpu(const torch::Tensor& t, const char* name) {
     TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
@@ -163,14 +276,14 @@ torch::Tensor tokenmill::pack_invariant_weight(torch::Tensor weight) {
     TORCH_CHECK(weight.dim() == 2, "weight must be [N, K]");
     TORCH_CHECK(weight.scalar_type() == torch::kFloat || weight.scalar_type() == torch::kBFloat16,
                 "weight must be float32 or bfloat16");
-    const int64_t N = weight.size(0), K = weight.size(1), P = (N + kLanes - 1) / kLanes;
-    auto w = torch::zeros({P * kLanes, K}, weight.options());
-    w.narrow(0, 0, N).copy_(weight);
+    const int64_t N = weight.size(0), K = weight.size(1);
     const bool pairs = weight.scalar_type() == torch::kBFloat16 && kPairs<c10::BFloat16>;
+    const int64_t P = pairs ? packed_panels<c10::BFloat16>(N) : packed_panels<float>(N);
+    const int64_t Kp = pairs ? round_up(K, kKBlock) : K;
+    auto w = torch::zeros({P * kLanes, Kp}, weight.options());
+    w.narrow(0, 0, N).narrow(1, 0, K).copy_(weight);
     if (!pairs) return w.view({P, kLanes, K}).permute({0, 2, 1}).contiguous();  // [P, K, 16]
-    const int64_t K2 = (K + 1) / 2;
-    if (K % 2) w = torch::cat({w, torch::zeros({P * kLanes, 1}, w.options())}, 1);
-    return w.view({P, kLanes, K2, 2}).permute({0, 2, 1, 3}).contiguous();  // [P, K2, 16, 2]
+    return w.view({P, kLanes, Kp / 2, 2}).permute({0, 2, 1, 3}).contiguous();  // [P2, K2, 16, 2]
 }
 
 torch::Tensor tokenmill::invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t N,
@@ -181,7 +294,7 @@ torch::Tensor tokenmill::invariant_linear(torch::Tensor x, torch::Tensor packed,
     TORCH_CHECK(x.scalar_type() == packed.scalar_type(), "x and the packed weight must share a dtype");
     x = x.contiguous();
     const int64_t M = x.size(0), K = x.size(1), P = (N + kLanes - 1) / kLanes;
-    TORCH_CHECK(packed.is_contiguous() && packed.size(0) == P, "packed weight does not match N = ", N);
+    TORCH_CHECK(packed.is_contiguous(), "packed weight must be contiguous");
     if (bias) {
         check_cpu(*bias, "bias");
         TORCH_CHECK(bias->dim() == 1 && bias->size(0) == N, "bias must be [N]");
@@ -191,7 +304,17 @@ torch::Tensor tokenmill::invariant_linear(torch::Tensor x, torch::Tensor packed,
     if (M == 0 || N == 0) return out;
     const float* b = bias ? bias->data_ptr<float>() : nullptr;
     AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, x.scalar_type(), "invariant_linear", [&] {
-        TORCH_CHECK(packed.numel() == P * panel_elems<scalar_t>(K), "packed weight does not match K = ", K);
+        TORCH_CHECK(packed.size(0) == packed_panels<scalar_t>(N) &&
+                    packed.numel() == packed.size(0) * panel_elems<scalar_t>(K),
+                    "packed weight does not match N = ", N, ", K = ", K);
+#if TOKENMILL_AMX
+        if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+            if (amx_usable()) {
+                amx_linear(x.data_ptr<c10::BFloat16>(), K, M, packed.data_ptr<c10::BFloat16>(), N, b, out.data_ptr<c10::BFloat16>());
+                return;
+            }
+        }
+#endif
         const scalar_t* xp = x.data_ptr<scalar_t>();
         const scalar_t* wp = packed.data_ptr<scalar_t>();
         scalar_t* o = out.data_ptr<scalar_t>();
