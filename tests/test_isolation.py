@@ -9,6 +9,7 @@ failing one, its blocks must be freed, and the failure counted and named.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ import tokenmill.engine.sampler as sampler_module
 from tokenmill.config import EngineConfig
 from tokenmill.engine.async_engine import AsyncEngine
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.engine.output_processor import RequestTextState
 from tokenmill.sampling_params import SamplingParams
 from tokenmill.serve.api import build_app
 
@@ -120,11 +122,20 @@ def test_output_processing_failure_fails_that_request_only(engine, clean):
 
 
 def test_server_answers_the_failed_request_and_serves_the_rest(monkeypatch):
-    """Through the HTTP app: the poisoned request gets a 500 with the OpenAI error
-    body (code engine_error), a streamed one an error event, the others 200."""
+    """Through the HTTP app: a request that fails before its first token gets a
+    500 with the OpenAI error body (code engine_error), streamed or not; one that
+    fails mid-stream gets an error event, then [DONE]; the others get 200."""
     engine = tiny_engine()
     expected = [r.token_ids for r in engine.generate(PROMPTS[:2], PARAMS[:2])]
     poison_forward(engine, monkeypatch)
+    real_process = RequestTextState.process
+
+    def process(self, *args):  # the request with max_tokens=7 fails at its third token
+        if self.request.params.max_tokens == 7 and self.request.num_output_tokens == 3:
+            raise RuntimeError("injected detokenizer fault")
+        return real_process(self, *args)
+
+    monkeypatch.setattr(RequestTextState, "process", process)
     async_engine = AsyncEngine(engine)
     app = build_app(async_engine)
 
@@ -138,11 +149,12 @@ def test_server_answers_the_failed_request_and_serves_the_rest(monkeypatch):
                 c.post("/completions", json=body(PROMPTS[0])),
                 c.post("/completions", json=body([1, POISON])),
                 c.post("/completions", json=body(PROMPTS[1], logprobs=2)),
-                c.post("/completions", json=body([POISON, 2], stream=True)))
+                c.post("/completions", json=body([POISON, 2], stream=True)),
+                c.post("/completions", json=body([5, 6, 7], stream=True, max_tokens=7)))
             return answers, (await c.get("http://test/metrics")).text
 
     try:
-        (ok0, bad, ok1, bad_stream), metrics = asyncio.run(scenario())
+        (ok0, bad, ok1, bad_stream, mid_stream), metrics = asyncio.run(scenario())
     finally:
         async_engine.shutdown()
     for resp, tokens in ((ok0, expected[0]), (ok1, expected[1])):
@@ -153,5 +165,11 @@ def test_server_answers_the_failed_request_and_serves_the_rest(monkeypatch):
         error = resp.json()["error"]
         assert error["code"] == "engine_error" and error["type"] == "server_error"
         assert "injected forward fault" in error["message"]
+    assert mid_stream.status_code == 200  # the answer had started: the failure came after token 1
+    events = [line[6:] for line in mid_stream.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "engine_error" and "injected detokenizer fault" in error["message"]
     assert 'tokenmill:request_failures_total{stage="forward"} 2.0' in metrics
+    assert 'tokenmill:request_failures_total{stage="output"} 1.0' in metrics
     assert engine.pool.num_used_blocks == 0

@@ -42,7 +42,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--deterministic", action="store_true",
                    help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "
-                        "float32/bfloat16, C++ kernels, no --quantization; slower, see docs/PERFORMANCE.md)")
+                        "float32/bfloat16, C++ kernels, no --quantization; cost: docs/PERFORMANCE.md)")
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")
