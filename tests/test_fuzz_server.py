@@ -118,6 +118,33 @@ def test_fuzzed_sampling_requests_never_5xx_nor_disturb_others(server, control_a
     assert control == control_alone
 
 
+# The issue's reproductions: each once took the whole step (and every stream in it) down.
+ISSUE_BODIES = [{"prompt": "Hello", "max_tokens": 4, "temperature": 1.0, "top_k": 1},
+                {"prompt": "Hello", "max_tokens": 4, "temperature": 1e-46},
+                {"prompt": "Hello Hello", "max_tokens": 4, "temperature": 1.0, "repetition_penalty": 1e-38},
+                {"prompt": "Hello", "max_tokens": 4, "top_k": 0},
+                {"prompt": "Hello", "max_tokens": 4, "min_p": 1},
+                {"prompt": "Hello", "max_tokens": 4, "temperature": 1e-41},
+                {"prompt": "Hello", "max_tokens": 4, "repetition_penalty": 1e-10}]
+
+
+def test_issue_reproductions_answer_cleanly_beside_a_stream(server, control_alone, statuses):
+    async def run():
+        async with httpx.AsyncClient(base_url=server.v1, timeout=120) as c:
+            control = asyncio.create_task(stream_text(c, "/chat/completions", CONTROL))
+            await asyncio.sleep(0.05)
+            answers = await asyncio.gather(*(send(c, "/completions", body) for body in ISSUE_BODIES))
+            return await control, answers
+
+    control, answers = asyncio.run(run())
+    for body, resp in zip(ISSUE_BODIES, answers):
+        statuses[resp.status_code] += 1
+        check_answer(resp, body)
+    assert [r.status_code for r in answers] == [200, 200, 400, 200, 200, 200, 400]
+    assert answers[2].json()["error"]["param"] == "repetition_penalty"
+    assert control == control_alone
+
+
 def test_fuzz_left_no_failure_behind(server):
     """After the fuzz: no 5xx was ever answered and the engine failed no request."""
     text = httpx.get(f"{server.url}/metrics", timeout=10).text

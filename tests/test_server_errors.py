@@ -55,6 +55,12 @@ BAD_INPUTS = [
     ("/completions", {"prompt": "x", "presence_penalty": 3}, "presence_penalty"),
     ("/completions", {"prompt": "x", "stream": "yes"}, "stream"),
     ("/completions", {"prompt": "x", "seed": 1 << 70}, "seed"),
+    ("/completions", {"prompt": "x", "repetition_penalty": 1e-38}, "repetition_penalty"),
+    ("/completions", {"prompt": "x", "repetition_penalty": 0}, "repetition_penalty"),
+    ("/completions", {"prompt": "x", "top_k": -2}, "top_k"),
+    ("/completions", {"prompt": "x", "min_p": 1.5}, "min_p"),
+    ("/completions", b'{"prompt": "x", "temperature": NaN}', "temperature"),
+    ("/completions", b'{"prompt": "x", "top_p": Infinity}', "top_p"),
 ]
 
 
@@ -81,9 +87,12 @@ def test_prompt_longer_than_context_is_400(server, route, body, param, stream):
     assert 512 in numbers and any(n > 512 for n in numbers), error["message"]
 
 
+@pytest.mark.parametrize("size", [3 << 19, 20 << 20])  # 1.5 MiB and 20 MiB > the 1 MiB default
 @pytest.mark.parametrize("chunked", [False, True])
-def test_body_over_limit_is_413(server, chunked):
-    body = json.dumps({"prompt": "x" * (3 << 19)}).encode()  # 1.5 MiB > the 1 MiB default
+@pytest.mark.parametrize("stream", [False, True])
+def test_body_over_limit_is_413(server, size, chunked, stream):
+    """Never a dropped connection: the refused body is read to its end first."""
+    body = json.dumps({"prompt": "x" * size, "stream": stream}).encode()
     content = iter([body[i:i + 65536] for i in range(0, len(body), 65536)]) if chunked else body
     resp = httpx.post(f"{server.v1}/completions", content=content, timeout=60)
     _assert_error(resp, 413, None, "request_too_large")

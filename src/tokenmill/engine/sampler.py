@@ -56,8 +56,8 @@ class SamplerOutput:
     """One id per row; -1 for a row in ``errors``."""
     logprobs: list[TokenLogprob | None]
     errors: dict[int, str] = field(default_factory=dict)
-    """Rows whose sampling raised -> the error. Only those rows failed: every
-    other row got the token it would have got without them."""
+    """Rows whose sampling raised -> the error. Only those rows failed; the
+    others got their tokens as usual (see Sampler.__call__)."""
 
 
 def make_generator(seed: int | None) -> torch.Generator | None:
@@ -86,8 +86,13 @@ class Sampler:
 
         One row's failure is that row's alone: the random numbers are drawn
         before anything can raise, and if the batched pass raises, each row is
-        sampled on its own with the same number (every op here is row-wise, so a
-        good row's token is the one the batched pass would have given)."""
+        sampled on its own with the same number. Every op here is row-wise, so
+        a good row gets the token the batched pass would have given: exactly for
+        greedy rows; for sampled rows up to the rounding of sums over the
+        vocabulary (torch splits them by row count), which moves a draw only
+        when it lands within that rounding of a boundary. row_by_row (the
+        deterministic mode) always takes the per-row path, so there even that
+        cannot happen."""
         if not rows:
             return SamplerOutput([], [])
         logits = logits[:, :self.vocab_size]  # [R, V]

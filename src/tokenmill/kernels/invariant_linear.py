@@ -8,7 +8,7 @@ each output element is one float32 sum over k in order, whatever the batch.
 
 The weight is packed once into the kernel's panel layout; the original is
 kept only where something else reads it (the LM head: tied input embeddings
-and ``exact_logits``), so packing costs no extra memory elsewhere.
+and ``exact_logits``), so the mode's extra memory is one copy of the LM head.
 """
 
 from __future__ import annotations
