@@ -74,6 +74,7 @@ def test_prefix_hit_shares_blocks_and_keeps_last_token():
 
 def test_freed_cached_blocks_still_hit_until_evicted_lru():
     pool = BlockPool(4, 2)
+    pool.subscribe_events()
     kv = KVCacheManager(pool, enable_prefix_caching=True)
     a = make_request("a", [1, 2, 3, 4])
     b = make_request("b", [5, 6, 7, 8])
@@ -92,13 +93,14 @@ def test_freed_cached_blocks_still_hit_until_evicted_lru():
     assert kv.blocks["c"][0] == a_blocks[1]
     assert kv.find_prefix(make_request("a3", [1, 2, 3, 4, 0])) == []
     assert kv.find_prefix(make_request("b2", [5, 6, 7, 8, 0])) == b_blocks
-    events = pool.take_events()
+    events = pool.take_events().events
     assert isinstance(events[0], BlockRemoved) and len(events[0].block_hashes) == 2
     pool.check_invariants()
 
 
 def test_events_mirror_pool_state():
     pool = BlockPool(6, 2)
+    pool.subscribe_events()
     kv = KVCacheManager(pool)
     mirror: set[int] = set()
     requests = [make_request(str(i), [i, i, i + 1, i + 1, 5]) for i in range(5)]
@@ -109,7 +111,7 @@ def test_events_mirror_pool_state():
             assert kv.allocate(r, r.num_tokens)
         live.append(r)
         compute_all(kv, r)
-        for ev in pool.take_events():
+        for ev in pool.take_events().events:
             if isinstance(ev, BlockStored):
                 assert ev.block_size == 2 and len(ev.token_ids) == 2 * len(ev.block_hashes)
                 mirror.update(ev.block_hashes)
@@ -121,7 +123,7 @@ def test_events_mirror_pool_state():
     for r in live:
         kv.free(r)
     assert pool.reset_prefix_cache()
-    assert isinstance(pool.take_events()[-1], AllBlocksCleared) and not pool.cached
+    assert isinstance(pool.take_events().events[-1], AllBlocksCleared) and not pool.cached
 
 
 def test_reset_refused_while_blocks_in_use():
@@ -138,3 +140,42 @@ def test_double_release_is_an_error():
     pool.release(blocks)
     with pytest.raises(RuntimeError):
         pool.release(blocks)
+
+
+def test_no_subscriber_no_events_recorded():
+    pool = BlockPool(4, 2)
+    kv = KVCacheManager(pool)
+    for i in range(6):  # stores and evictions
+        r = make_request(str(i), [i, i, i, i, 9])
+        assert kv.allocate(r, r.num_tokens)
+        compute_all(kv, r)
+        kv.free(r)
+    assert pool.num_pending_events == 0
+    assert pool.take_events().events == ()
+
+
+def test_duplicate_blocks_are_not_reported_as_stored():
+    pool = BlockPool(8, 2)
+    pool.subscribe_events()
+    first = pool.allocate(3)
+    pool.store(first[1:2], [22], 11, [3, 4])  # the middle hash is cached already
+    pool.take_events()
+    blocks = pool.allocate(3)
+    pool.store(blocks, [11, 22, 33], None, [1, 2, 3, 4, 5, 6])
+    events = pool.take_events().events
+    assert events == (BlockStored((11,), None, (1, 2), 2), BlockStored((33,), 22, (5, 6), 2))
+    assert pool.cached == {22: first[1], 11: blocks[0], 33: blocks[2]}
+    pool.check_invariants()
+
+
+def test_event_buffer_is_bounded_and_numbers_its_events():
+    pool = BlockPool(8, 2)
+    pool.subscribe_events(capacity=3)
+    for i in range(5):
+        pool.store(pool.allocate(1), [100 + i], None, [i, i])
+    batch = pool.take_events()
+    assert batch.dropped == 2 and batch.first_seq == 2
+    assert [ev.block_hashes for ev in batch.events] == [(102,), (103,), (104,)]
+    pool.store(pool.allocate(1), [200], None, [7, 7])
+    batch = pool.take_events()
+    assert (batch.first_seq, batch.dropped, len(batch.events)) == (5, 0, 1)

@@ -10,17 +10,29 @@ Invariants (checked by ``check_invariants`` in tests):
 Eviction happens only in ``allocate``: taking a hashed free block drops its hash
 (event BlockRemoved). Hitting a free cached block (``touch``) takes it off the
 free queue without evicting it.
+KV events (kv_events.py) are recorded only after ``subscribe_events``, into a
+bounded buffer; without a subscriber the pool keeps no history at all.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from tokenmill.engine.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from tokenmill.engine.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+    KVEventBatch,
+    KVEventBuffer,
+)
+
+DEFAULT_EVENT_CAPACITY = 16384
+"""Events a subscriber may leave unread before the oldest are dropped."""
 
 
 class BlockPool:
-    def __init__(self, num_blocks: int, block_size: int, enable_events: bool = True):
+    def __init__(self, num_blocks: int, block_size: int):
         if num_blocks < 1:
             raise ValueError(f"num_kv_blocks: need at least 1 KV block, got {num_blocks}")
         self.num_blocks = num_blocks
@@ -29,8 +41,7 @@ class BlockPool:
         self.block_hash: list[int | None] = [None] * num_blocks
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}
-        self.enable_events = enable_events
-        self._events: list[KVEvent] = []
+        self._events: KVEventBuffer | None = None  # None: nobody subscribed, nothing recorded
 
     @property
     def num_free_blocks(self) -> int:
@@ -55,8 +66,8 @@ class BlockPool:
                 evicted.append(h)
             self.ref_cnt[block] = 1
             out.append(block)
-        if evicted and self.enable_events:
-            self._events.append(BlockRemoved(tuple(evicted)))
+        if evicted:
+            self._record(BlockRemoved(tuple(evicted)))
         return out
 
     def touch(self, blocks: list[int]) -> None:
@@ -85,17 +96,28 @@ class BlockPool:
         return len(self.free_queue) - sum(1 for b in blocks if self.ref_cnt[b] == 0)
 
     def store(self, blocks: list[int], hashes: list[int], parent_hash: int | None, token_ids: list[int]) -> None:
-        """Register full blocks under their chained hashes. A hash already held
-        by another block stays with that block (the duplicate is not indexed)."""
-        stored = []
-        for block, h in zip(blocks, hashes):
+        """Register full blocks under their chained hashes (``token_ids``: their
+        tokens, concatenated). A hash already held by another block stays with
+        that block: the duplicate is not indexed, and not reported."""
+        run: list[int] = []  # indices of consecutive blocks stored: one event per run
+        for i, (block, h) in enumerate(zip(blocks, hashes)):
             if h in self.cached or self.block_hash[block] is not None:
+                self._record_stored(run, hashes, parent_hash, token_ids)
+                run = []
                 continue
             self.cached[h] = block
             self.block_hash[block] = h
-            stored.append(h)
-        if stored and self.enable_events:
-            self._events.append(BlockStored(tuple(hashes), parent_hash, tuple(token_ids), self.block_size))
+            run.append(i)
+        self._record_stored(run, hashes, parent_hash, token_ids)
+
+    def _record_stored(self, run: list[int], hashes: list[int], parent_hash: int | None,
+                       token_ids: list[int]) -> None:
+        if not run or self._events is None:
+            return
+        first, last, bs = run[0], run[-1], self.block_size
+        parent = hashes[first - 1] if first else parent_hash  # the chain continues from the block before
+        self._record(BlockStored(tuple(hashes[first:last + 1]), parent,
+                                 tuple(token_ids[first * bs:(last + 1) * bs]), bs))
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only allowed when no block is in use."""
@@ -103,13 +125,31 @@ class BlockPool:
             return False
         self.cached.clear()
         self.block_hash = [None] * self.num_blocks
-        if self.enable_events:
-            self._events.append(AllBlocksCleared())
+        self._record(AllBlocksCleared())
         return True
 
-    def take_events(self) -> list[KVEvent]:
-        events, self._events = self._events, []
-        return events
+    # ---- KV events -------------------------------------------------------------
+
+    def subscribe_events(self, capacity: int = DEFAULT_EVENT_CAPACITY) -> None:
+        """Start recording KV events (a KV-aware router mirrors the cache with
+        them). The consumer drains them with ``take_events``; past ``capacity``
+        unread events the oldest are dropped (the next batch counts them)."""
+        if self._events is None:
+            self._events = KVEventBuffer(capacity)
+
+    def _record(self, event: KVEvent) -> None:
+        if self._events is not None:
+            self._events.record(event)
+
+    @property
+    def num_pending_events(self) -> int:
+        return len(self._events) if self._events is not None else 0
+
+    def take_events(self) -> KVEventBatch:
+        """Drain the recorded events (an empty batch when nobody subscribed)."""
+        if self._events is None:
+            return KVEventBatch(0, ())
+        return self._events.take()
 
     def check_invariants(self) -> None:
         for block in range(self.num_blocks):

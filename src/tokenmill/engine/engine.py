@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from tokenmill.config import EngineConfig
-from tokenmill.engine.block_pool import BlockPool
+from tokenmill.engine.block_pool import DEFAULT_EVENT_CAPACITY, BlockPool
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.kv_cache_manager import KVCacheManager
+from tokenmill.engine.kv_events import KVEventBatch
 from tokenmill.engine.output_processor import RequestTextState
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (
@@ -291,7 +292,11 @@ class LLMEngine:
             aborted_requests=dict(self.aborted_requests),
         )
 
-    def take_kv_events(self):
+    def subscribe_kv_events(self, capacity: int = DEFAULT_EVENT_CAPACITY) -> None:
+        """Record KV events from now on (off by default: unread, they would grow forever)."""
+        self.pool.subscribe_events(capacity)
+
+    def take_kv_events(self) -> KVEventBatch:
         return self.pool.take_events()
 
     # ---- offline convenience ------------------------------------------------------
