@@ -38,4 +38,4 @@ bench: setup
 	$(PY) -m benchmarks.engine_vs_hf $(ARGS)
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
