@@ -14,7 +14,12 @@ import torch
 
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.scheduler import ScheduledRequest, SchedulerOutput
-from tokenmill.kernels.attention import AttentionMetadata, PrefillChunk, new_kv_cache
+from tokenmill.kernels.attention import (
+    AttentionMetadata,
+    build_cpp_metadata,
+    build_torch_metadata,
+    new_kv_cache,
+)
 from tokenmill.model.llama import LlamaForCausalLM
 
 
@@ -114,36 +119,6 @@ class ModelRunner:
             torch.tensor(lengths, device=self.device))
         slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
         if self.decode_kernel is not None:
-            # Every token is one query row over its own context (its position + 1
-            # tokens, all in the cache once this step's K/V are written): decodes
-            # and prefill chunks, cached context or not, in one kernel call.
-            return AttentionMetadata(slot_mapping, len(pos), all_tables[row_of_token], pos + 1, None, [], bs,
-                                     self.decode_kernel)
-
-        nd = len(decodes)
-        decode_blocks = decode_lens = decode_bias = None
-        if nd:
-            lens = [s.start + 1 for s in decodes]
-            decode_lens = torch.tensor(lens, device=self.device)  # [Bd]
-            num_blocks = -(-max(lens) // bs)
-            decode_blocks = all_tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
-            span = num_blocks * bs
-            outside = torch.arange(span, device=self.device) >= decode_lens[:, None]  # [Bd, span]
-            decode_bias = torch.zeros(nd, span, device=self.device).masked_fill_(outside, float("-inf"))
-
-        chunks = []
-        row = nd
-        for i, s in enumerate(prefills):
-            n = s.num_new_tokens
-            if s.start == 0:
-                chunks.append(PrefillChunk(row, row + n, None, None))
-            else:
-                ctx_len = s.start + n
-                table = all_tables[nd + i]
-                p = torch.arange(ctx_len, device=self.device)
-                ctx_slots = table[p // bs] * bs + p % bs
-                q_pos = torch.arange(s.start, ctx_len, device=self.device)
-                mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
-                chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
-            row += n
-        return AttentionMetadata(slot_mapping, nd, decode_blocks, decode_lens, decode_bias, chunks, bs)
+            return build_cpp_metadata(all_tables, row_of_token, pos, slot_mapping, bs, self.decode_kernel)
+        return build_torch_metadata(all_tables, [s.start for s in decodes],
+                                    [(s.start, s.num_new_tokens) for s in prefills], slot_mapping, bs)

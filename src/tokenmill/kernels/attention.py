@@ -10,13 +10,15 @@ sequence attends over its own slots, gathered through its block table.
 Token order in a step (set by the runner): all single-token decodes first, then
 each prefill chunk as a contiguous run.
 
-Two paths, chosen by the runner:
-- the C++ kernel (``meta.decode_kernel``, csrc/paged_decode_attention.cpp):
-  every token of the step is one query row over its own context (position + 1
-  tokens) read in place through its sequence's block table, decodes and
-  prefill chunks alike, in one call (``num_decodes`` = all rows, no prefills);
-- plain torch: decodes in one batched call that gathers their blocks into a
-  padded [Hkv, B, span, D] copy first; each prefill chunk in its own SDPA call.
+Two backends, each with its metadata type and builder; the runner picks the
+builder once, and ``paged_attention`` runs whichever the metadata belongs to:
+- ``CppAttentionMetadata`` (csrc/paged_decode_attention.cpp): every token of
+  the step is one query row over its own context (position + 1 tokens) read in
+  place through its sequence's block table, decodes and prefill chunks alike,
+  in one call;
+- ``TorchAttentionMetadata``: decodes in one batched call that gathers their
+  blocks into a padded [Hkv, B, span, D] copy first; each prefill chunk in its
+  own SDPA call.
 """
 
 from __future__ import annotations
@@ -41,25 +43,105 @@ class PrefillChunk:
 
 
 @dataclass
-class AttentionMetadata:
+class TorchAttentionMetadata:
+    """The plain-torch path: decodes in one batched call, each prefill chunk in
+    its own SDPA call. Built by ``build_torch_metadata``."""
+
     slot_mapping: torch.Tensor
     """[num_tokens] long: cache slot each new token's K/V is written to."""
     num_decodes: int
-    """Rows [0, num_decodes) are single query rows (one-token decodes; every row
-    on the C++ kernel path)."""
+    """Rows [0, num_decodes) are one-token decodes; prefill chunks follow."""
     decode_blocks: torch.Tensor | None
-    """[num_decodes, max_blocks] long: each row's block table, padded with 0.
-    The torch path gathers whole blocks (one contiguous copy per block, far
-    cheaper than per-slot indexing); the bias hides the unused tail."""
-    decode_lens: torch.Tensor | None
-    """[num_decodes] long: context length of each row, its own token included."""
+    """[num_decodes, max_blocks] long: each decode's block table, padded with 0.
+    The decodes gather whole blocks (one contiguous copy per block, far cheaper
+    than per-slot indexing); the bias hides the unused tail."""
     decode_bias: torch.Tensor | None
     """[num_decodes, max_blocks * block_size] float32: 0 inside each context,
-    -inf past it (added to the scores before the softmax). Torch path only."""
+    -inf past it (added to the scores before the softmax)."""
     prefills: list[PrefillChunk]
     block_size: int
-    decode_kernel: Callable | None = None
-    """The C++ ``paged_decode_attention`` (CPU), or None for the torch path."""
+
+    def attend(self, q, k, v, k_cache, v_cache, scale: float) -> torch.Tensor:
+        """q: [T, Hq, D]; k, v: this step's [T, Hkv, D] (already in the caches) -> [T, Hq, D]."""
+        n = self.num_decodes
+        if not self.prefills:  # decode-only step: no output buffer to fill piecewise
+            return _decode_attention(q, k_cache, v_cache, self.decode_blocks, self.decode_bias, self.block_size, scale)
+        out = torch.empty_like(q)
+        if n:
+            out[:n] = _decode_attention(q[:n], k_cache, v_cache, self.decode_blocks, self.decode_bias,
+                                        self.block_size, scale)
+        for chunk in self.prefills:
+            s, e = chunk.start, chunk.end
+            if chunk.context_slots is None:
+                out[s:e] = _grouped_attention(q[s:e], k[s:e].transpose(0, 1), v[s:e].transpose(0, 1), None, scale)
+            else:
+                kc = k_cache.index_select(1, chunk.context_slots)  # [Hkv, L, D]
+                vc = v_cache.index_select(1, chunk.context_slots)
+                out[s:e] = _grouped_attention(q[s:e], kc, vc, chunk.mask, scale)
+        return out
+
+
+@dataclass
+class CppAttentionMetadata:
+    """The C++ kernel path (csrc/paged_decode_attention.cpp): every token of the
+    step, decode or prefill, is one query row over its own context, read in
+    place through its sequence's block table, in one call. Built by
+    ``build_cpp_metadata``."""
+
+    slot_mapping: torch.Tensor
+    """[num_tokens] long: cache slot each new token's K/V is written to."""
+    block_tables: torch.Tensor
+    """[num_tokens, max_blocks] long: the block table of each row's sequence, padded with 0."""
+    context_lens: torch.Tensor
+    """[num_tokens] long: tokens each row attends to (its position + 1)."""
+    block_size: int
+    kernel: Callable
+    """The compiled ``paged_decode_attention``."""
+
+    def attend(self, q, k, v, k_cache, v_cache, scale: float) -> torch.Tensor:
+        return self.kernel(q, k_cache, v_cache, self.block_tables, self.context_lens, self.block_size, scale)
+
+
+AttentionMetadata = TorchAttentionMetadata | CppAttentionMetadata
+"""What the model's attention layers read each step; one type per backend."""
+
+
+def build_cpp_metadata(tables: torch.Tensor, row_of_token: torch.Tensor, positions: torch.Tensor,
+                       slot_mapping: torch.Tensor, block_size: int, kernel: Callable) -> CppAttentionMetadata:
+    """tables [B, max_blocks] (one row per sequence), row_of_token [T], positions [T]."""
+    return CppAttentionMetadata(slot_mapping, tables[row_of_token], positions + 1, block_size, kernel)
+
+
+def build_torch_metadata(tables: torch.Tensor, decode_starts: list[int], prefills: list[tuple[int, int]],
+                         slot_mapping: torch.Tensor, block_size: int) -> TorchAttentionMetadata:
+    """tables [B, max_blocks]: the decodes' rows first, then the prefills'.
+    decode_starts: each decode's position; prefills: each chunk's (start
+    position, length), in token order after the decodes."""
+    device = tables.device
+    nd = len(decode_starts)
+    decode_blocks = decode_bias = None
+    if nd:
+        lens = torch.tensor([p + 1 for p in decode_starts], device=device)  # [Bd]
+        num_blocks = -(-max(p + 1 for p in decode_starts) // block_size)
+        decode_blocks = tables[:nd, :num_blocks].contiguous()  # [Bd, num_blocks]
+        span = num_blocks * block_size
+        outside = torch.arange(span, device=device) >= lens[:, None]  # [Bd, span]
+        decode_bias = torch.zeros(nd, span, device=device).masked_fill_(outside, float("-inf"))
+    chunks = []
+    row = nd
+    for i, (start, n) in enumerate(prefills):
+        if start == 0:
+            chunks.append(PrefillChunk(row, row + n, None, None))
+        else:
+            ctx_len = start + n
+            table = tables[nd + i]
+            p = torch.arange(ctx_len, device=device)
+            ctx_slots = table[p // block_size] * block_size + p % block_size
+            q_pos = torch.arange(start, ctx_len, device=device)
+            mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
+            chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
+        row += n
+    return TorchAttentionMetadata(slot_mapping, nd, decode_blocks, decode_bias, chunks, block_size)
 
 
 def new_kv_cache(num_slots: int, num_kv_heads: int, head_dim: int, device, dtype) -> torch.Tensor:
@@ -77,24 +159,11 @@ def paged_attention(
     scale: float,
 ) -> torch.Tensor:
     """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [Hkv, num_slots, D].
-    Returns [T, Hq, D]. Writes k, v into the caches at meta.slot_mapping."""
+    Returns [T, Hq, D]. Writes k, v into the caches at meta.slot_mapping, then
+    attends with the backend the metadata was built for."""
     k_cache.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
     v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
-    n = meta.num_decodes
-    if not meta.prefills:  # decode-only step: no output buffer to fill piecewise
-        return _decode(q, k_cache, v_cache, meta, scale)
-    out = torch.empty_like(q)
-    if n:
-        out[:n] = _decode(q[:n], k_cache, v_cache, meta, scale)
-    for chunk in meta.prefills:
-        s, e = chunk.start, chunk.end
-        if chunk.context_slots is None:
-            out[s:e] = _grouped_attention(q[s:e], k[s:e].transpose(0, 1), v[s:e].transpose(0, 1), None, scale)
-        else:
-            kc = k_cache.index_select(1, chunk.context_slots)  # [Hkv, L, D]
-            vc = v_cache.index_select(1, chunk.context_slots)
-            out[s:e] = _grouped_attention(q[s:e], kc, vc, chunk.mask, scale)
-    return out
+    return meta.attend(q, k, v, k_cache, v_cache, scale)
 
 
 def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -103,12 +172,6 @@ def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, block_size: int) -
     hkv, _, d = cache.shape
     per_block = cache.view(hkv, -1, block_size, d)
     return per_block.index_select(1, blocks.flatten()).view(hkv, b, nb * block_size, d)
-
-
-def _decode(q, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    if meta.decode_kernel is not None:
-        return meta.decode_kernel(q, k_cache, v_cache, meta.decode_blocks, meta.decode_lens, meta.block_size, scale)
-    return _decode_attention(q, k_cache, v_cache, meta.decode_blocks, meta.decode_bias, meta.block_size, scale)
 
 
 def _decode_attention(q, k_cache, v_cache, blocks, bias, block_size, scale):
