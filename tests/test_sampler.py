@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 import torch
 
+from tokenmill.engine.exact_head import ExactHead, ExactLogits
 from tokenmill.engine.sampler import (
     Sampler,
     SamplingRow,
@@ -94,7 +95,7 @@ def test_greedy_ties_go_to_lowest_id():
     assert out.token_ids == [3, 4]
 
 
-def test_bf16_greedy_ties_are_broken_by_the_exact_logits():
+def test_bf16_greedy_ties_are_broken_by_the_exact_logits(monkeypatch):
     """Columns 2 and 5 round to the same bf16 maximum in both rows; the exact
     logits say 5 in row 0 and 2 in row 1 (a genuine exact tie would keep the first)."""
     exact = torch.zeros(2, 8)
@@ -102,22 +103,28 @@ def test_bf16_greedy_ties_are_broken_by_the_exact_logits():
     exact[1, [2, 5]] = torch.tensor([10.03, 10.01])
     logits = exact.bfloat16()
     assert logits[0, 2] == logits[0, 5] and logits[1, 2] == logits[1, 5]
+    # A head whose hidden rows are one-hot: row r's exact logits are exact[r].
+    head = ExactHead(weight=exact.T.contiguous(), scales=None, bias=None, input_dtype=None)
+    hidden = torch.eye(2)
     asked = []
+    real_columns = ExactHead.columns
 
-    def exact_logits(r, columns):
-        asked.append((r, columns.tolist()))
-        return exact[r, columns]
+    def columns(self, h, cols):
+        asked.append((int(h.argmax()), cols.tolist()))
+        return real_columns(self, h, cols)
 
+    monkeypatch.setattr(ExactHead, "columns", columns)
     greedy = SamplingParams(temperature=0.0)
-    out = Sampler(8)(logits, [row(greedy), row(greedy)], exact_logits)
+    out = Sampler(8)(logits, [row(greedy), row(greedy)], ExactLogits(head, hidden))
     assert out.token_ids == [5, 2]
     assert asked == [(0, [2, 5]), (1, [2, 5])]  # only the tied columns were recomputed
     # The same rows beside a sampled one (the mixed path) pick the same tokens.
     mixed = torch.cat([logits, logits[:1]])
-    out = Sampler(8)(mixed, [row(greedy), row(greedy), row(SamplingParams(temperature=1.0))], exact_logits)
+    out = Sampler(8)(mixed, [row(greedy), row(greedy), row(SamplingParams(temperature=1.0))],
+                     ExactLogits(head, torch.cat([hidden, hidden[:1]])))
     assert out.token_ids[:2] == [5, 2]
     # Float32 logits are exact: no recomputation, the first maximum wins.
-    assert Sampler(8)(logits[:1].float(), [row(greedy)], exact_logits).token_ids == [2]
+    assert Sampler(8)(logits[:1].float(), [row(greedy)], ExactLogits(head, hidden[:1])).token_ids == [2]
     assert len(asked) == 4
 
 

@@ -16,6 +16,7 @@ import torch
 from tokenmill.config import EngineConfig
 from tokenmill.engine.block_pool import DEFAULT_EVENT_CAPACITY, BlockPool
 from tokenmill.engine.client import EngineStats
+from tokenmill.engine.exact_head import ExactLogits
 from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.kv_events import KVEventBatch
@@ -93,6 +94,7 @@ class LLMEngine:
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel)
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
                                row_by_row=c.deterministic)
+        self.exact_head = self.model.exact_head()  # after every swap of the LM head above
         self.requests: dict[str, Request] = {}
         self.text_states: dict[str, RequestTextState] = {}
         self.num_prompt_tokens = 0
@@ -230,9 +232,7 @@ class LLMEngine:
         sampling = forward.sampling
         rows = [SamplingRow(s.request.params, s.request.prompt_token_ids, s.request.output_token_ids,
                             s.request.generator) for s in sampling]
-        hidden = forward.hidden
-        result = self.sampler(forward.logits, rows,
-                              lambda row, columns: self.model.exact_logits(hidden[row], columns))
+        result = self.sampler(forward.logits, rows, ExactLogits(self.exact_head, forward.hidden))
         for i, message in result.errors.items():
             failed[sampling[i].request.request_id] = ("sampling", message)
         ids = [s.request.request_id for s in sampling]

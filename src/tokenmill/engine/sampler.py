@@ -28,6 +28,7 @@ from itertools import chain
 import numpy as np
 import torch
 
+from tokenmill.engine.exact_head import ExactLogits
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS
 from tokenmill.outputs import TokenLogprob
 from tokenmill.sampling_params import SamplingParams
@@ -78,11 +79,10 @@ class Sampler:
 
     @torch.inference_mode()
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
-                 exact_logits: Callable | None = None) -> SamplerOutput:
+                 exact: ExactLogits | None = None) -> SamplerOutput:
         """logits: [R, >= vocab] (extra columns are padding); one token per row.
-        exact_logits(row, columns [k]) -> float32 [k]: that row's logits for those
-        columns as the model computes them before rounding to its dtype; greedy
-        rows use it to break ties that bf16/fp16 rounding made (see _greedy).
+        exact: the LM head and the R hidden rows behind the logits; greedy rows
+        use them to break ties that bf16/fp16 rounding made (see _greedy).
 
         One row's failure is that row's alone: the random numbers are drawn
         before anything can raise, and if the batched pass raises, each row is
@@ -99,14 +99,14 @@ class Sampler:
         u = self._uniforms(rows)  # [R] float64; NaN on greedy rows (they draw nothing)
         if not self.row_by_row:
             try:
-                return self._sample_rows(logits, rows, u, exact_logits)
+                return self._sample_rows(logits, rows, u, exact)
             except Exception:
                 log.exception("sampling a batch of %d rows raised; sampling each row on its own", len(rows))
         out = SamplerOutput([-1] * len(rows), [None] * len(rows))
         for i, row in enumerate(rows):
             try:
                 one = self._sample_rows(logits[i:i + 1], [row], u[i:i + 1],
-                                        exact_logits and (lambda _, cols, i=i: exact_logits(i, cols)))
+                                        exact.rows(slice(i, i + 1)) if exact is not None else None)
             except Exception as exc:
                 out.errors[i] = f"{type(exc).__name__}: {exc}"
                 continue
@@ -114,12 +114,11 @@ class Sampler:
         return out
 
     def _sample_rows(self, logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor,
-                     exact_logits: Callable | None) -> SamplerOutput:
+                     exact: ExactLogits | None) -> SamplerOutput:
         """logits [R, V], u [R] -> one token per row (the batched pass)."""
         params = [r.params for r in rows]
         if all(p.greedy and not p.uses_penalties and p.logprobs is None for p in params):
-            return SamplerOutput(self._greedy(logits, list(range(len(rows))), exact_logits).tolist(),
-                                 [None] * len(rows))
+            return SamplerOutput(self._greedy(logits, exact).tolist(), [None] * len(rows))
         x = logits.float()  # [R, V]
         if any(p.uses_penalties for p in params):
             x = x.clone(memory_format=torch.contiguous_format)  # never touch the caller's tensor
@@ -129,7 +128,7 @@ class Sampler:
         penalized = [i for i, p in enumerate(params) if p.greedy and p.uses_penalties]
         sampled = [i for i, p in enumerate(params) if not p.greedy]
         if plain:  # the same call as the all-greedy path: a row's token never depends on the batch
-            tokens[plain] = self._greedy(_take_rows(logits, plain), plain, exact_logits)
+            tokens[plain] = self._greedy(_take_rows(logits, plain), exact.rows(plain) if exact is not None else None)
         if penalized:
             tokens[penalized] = argmax_finite(_take_rows(x, penalized))
         if sampled:
@@ -137,8 +136,8 @@ class Sampler:
         token_ids = tokens.tolist()
         return SamplerOutput(token_ids, compute_logprobs(x, params, token_ids))
 
-    def _greedy(self, logits: torch.Tensor, row_ids: list[int], exact_logits: Callable | None) -> torch.Tensor:
-        """logits: [G, V] rows ``row_ids`` of the batch -> [G] argmax ids.
+    def _greedy(self, logits: torch.Tensor, exact: ExactLogits | None) -> torch.Tensor:
+        """logits: [G, V], exact: their G hidden rows -> [G] argmax ids.
 
         In bf16 a logit keeps 8 significant bits (a step of 0.0625 between 8 and 16), so
         distinct top logits often round to the same value; the first id would
@@ -147,11 +146,11 @@ class Sampler:
         columns are recomputed exactly and the largest wins (first on exact ties).
         Float32 logits are exact already."""
         index, ties = self.argmax(logits)
-        if exact_logits is None or logits.dtype == torch.float32:
+        if exact is None or logits.dtype == torch.float32:
             return index
         for j in torch.nonzero(ties > 1).flatten().tolist():  # only rows whose maximum is tied
             cols = torch.nonzero(logits[j] == logits[j, index[j]]).flatten()
-            index[j] = cols[exact_logits(row_ids[j], cols).argmax()]
+            index[j] = cols[exact.head.columns(exact.hidden[j], cols).argmax()]
         return index
 
     def _sample(self, x: torch.Tensor, params: list[SamplingParams], u: torch.Tensor) -> torch.Tensor:

@@ -24,8 +24,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tokenmill.engine.exact_head import ExactHead
 from tokenmill.kernels.attention import AttentionMetadata, paged_attention
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, FusedOps
+from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.model.arch import ModelArch
 from tokenmill.model.rope import cos_sin_table, inverse_frequencies
 
@@ -133,12 +135,15 @@ class LlamaForCausalLM(nn.Module):
         other paths widen to float32 themselves."""
         return self.lm_head(hidden)
 
+    def exact_head(self) -> ExactHead:
+        """The LM head as data for the sampler's bf16 tie rule (engine/exact_head.py).
+        Call it after any swap of ``lm_head`` (quantization, deterministic mode)."""
+        head = self.lm_head
+        if isinstance(head, Int8Linear):
+            return ExactHead(head.qweight, head.scales, head.bias, head.compute_dtype)
+        return ExactHead(head.weight, None, head.bias, None)
+
     def exact_logits(self, hidden: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         """hidden: [hidden] one row of compute_logits' input; columns: [k] long ->
-        float32 [k]: those logits accumulated and returned in float32, i.e.
-        compute_logits before its rounding to the model dtype."""
-        head = self.lm_head
-        if hasattr(head, "exact_columns"):  # quantized heads (kernels/int8_linear.py)
-            return head.exact_columns(hidden, columns)
-        out = head.weight[columns].float() @ hidden.float()
-        return out if head.bias is None else out + head.bias[columns].float()
+        float32 [k]: compute_logits before its rounding to the model dtype."""
+        return self.exact_head().columns(hidden, columns)
