@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, replace
 
 import torch
@@ -100,8 +101,8 @@ class LLMEngine:
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_forward_retries = 0
-        self.request_failures: dict[str, int] = {}  # stage -> requests the engine failed there
-        self.aborted_requests: dict[str, int] = {}  # reason -> requests ended before they finished
+        self.request_failures: Counter[str] = Counter()  # stage -> requests the engine failed there
+        self.aborted_requests: Counter[str] = Counter()  # reason -> requests ended before they finished
 
     @staticmethod
     def _load_tokenizer(source: str | None):
@@ -184,7 +185,7 @@ class LLMEngine:
         except Exception as exc:  # flushing its text failed: it ends all the same (counted as an error)
             log.exception("output processing failed for aborted request %s", request_id)
             return self._fail(req, "output", f"{type(exc).__name__}: {exc}")
-        self.aborted_requests[reason] = self.aborted_requests.get(reason, 0) + 1
+        self.aborted_requests[reason] += 1
         return out
 
     def has_unfinished_requests(self) -> bool:
@@ -256,8 +257,8 @@ class LLMEngine:
     def _fail(self, req: Request, stage: str, message: str) -> RequestOutput:
         """End one request with an error (its blocks freed); the others go on."""
         log.error("request %s failed (stage: %s): %s", req.request_id, stage, message)
-        self.request_failures[stage] = self.request_failures.get(stage, 0) + 1
-        self.aborted_requests["error"] = self.aborted_requests.get("error", 0) + 1
+        self.request_failures[stage] += 1
+        self.aborted_requests["error"] += 1
         self.scheduler.finish(req, RequestStatus.FINISHED_ERROR)
         self._forget(req)
         return RequestOutput(
