@@ -38,10 +38,10 @@ def main(argv=None) -> None:
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)
     engine.step()
-    while engine.scheduler.waiting:  # finish every prefill before timing decodes
+    while engine.core.scheduler.waiting:  # finish every prefill before timing decodes
         engine.step()
     kernel_s = [0.0]  # time inside the C++ decode attention, when it is in use
-    kernel = engine.runner.decode_kernel
+    kernel = engine.core.runner.decode_kernel
     if kernel is not None:
         def timed_kernel(*a):
             t0 = time.perf_counter()
@@ -49,7 +49,7 @@ def main(argv=None) -> None:
             kernel_s[0] += time.perf_counter() - t0
             return out
 
-        engine.runner.decode_kernel = timed_kernel
+        engine.core.runner.decode_kernel = timed_kernel
     times, attention = [], []
     for _ in range(args.steps):
         kernel_s[0] = 0.0
@@ -58,8 +58,8 @@ def main(argv=None) -> None:
         times.append(time.perf_counter() - t)
         attention.append(kernel_s[0])
     step = statistics.median(times)
-    label = (f"{engine.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
-             + f" attention {engine.attention_backend}, fused ops {engine.fused_ops}")
+    label = (f"{engine.core.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
+             + f" attention {engine.core.attention_backend}, fused ops {engine.core.fused_ops}")
     split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel is not None else ""
     print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms{split} "
           f"-> {args.batch / step:.0f} tok/s")

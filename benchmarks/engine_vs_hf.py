@@ -94,7 +94,7 @@ def decode_rate_tokenmill(engine: LLMEngine, prompt, n: int) -> float:
         if not first:
             step_times.append(time.perf_counter() - t)
         first = False
-    assert rid not in engine.requests
+    assert rid not in engine.core.scheduler.requests
     return 1.0 / statistics.median(step_times)
 
 
@@ -147,14 +147,14 @@ def main(argv=None) -> None:
     engine = LLMEngine(EngineConfig(dtype=args.dtype, max_num_seqs=args.max_num_seqs,
                                     max_num_batched_tokens=args.max_num_batched_tokens,
                                     quantization=args.quantization, attention_backend=args.attention_backend))
-    arch = engine.arch
+    arch = engine.core.arch
     work = make_workload(args.num_requests, arch.vocab_size, args.seed, args.input_len, args.output_len)
     report = {"machine": machine(), "workload": {"requests": len(work), "mean_input": args.input_len,
                                                   "mean_output": args.output_len},
-              "tokenmill_dtype": str(engine.dtype), "quantization": args.quantization,
-              "attention_backend": engine.attention_backend}
+              "tokenmill_dtype": str(engine.core.dtype), "quantization": args.quantization,
+              "attention_backend": engine.core.attention_backend}
 
-    report["peak_gflops"] = matmul_peak(engine.dtype)
+    report["peak_gflops"] = matmul_peak(engine.core.dtype)
     report["tokenmill_offline"] = run_tokenmill_offline(engine, work)
     print(f"tokenmill Offline: {report['tokenmill_offline']['output_tok_s']:.1f} output tok/s", flush=True)
     processed = sum(len(p) + n for p, n in work)

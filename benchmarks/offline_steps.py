@@ -42,13 +42,13 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                                     fused_ops=args.fused_ops))
-    for prompt, n_out in make_workload(args.num_requests, engine.arch.vocab_size, args.seed, args.input_len,
+    for prompt, n_out in make_workload(args.num_requests, engine.core.arch.vocab_size, args.seed, args.input_len,
                                        args.output_len):
         engine.add_request(None, prompt, SamplingParams(max_tokens=n_out, temperature=0.0, ignore_eos=True))
 
     scheduled = []  # the scheduler's output of the step being timed
-    schedule = engine.scheduler.schedule
-    engine.scheduler.schedule = lambda: scheduled.append(schedule()) or scheduled[-1]
+    schedule = engine.core.scheduler.schedule
+    engine.core.scheduler.schedule = lambda: scheduled.append(schedule()) or scheduled[-1]
     # group -> [steps, seconds, prompt tokens, output tokens]
     groups: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
     start = time.perf_counter()
@@ -66,7 +66,7 @@ def main(argv=None) -> None:
         g[2] += prefill_tokens
         g[3] += len(outputs)
     total = time.perf_counter() - start
-    print(f"{engine.dtype}, fused ops {engine.fused_ops}, {args.num_requests} requests: {total:.1f} s")
+    print(f"{engine.core.dtype}, fused ops {engine.core.fused_ops}, {args.num_requests} requests: {total:.1f} s")
     print(f"{'steps':<28}{'count':>7}{'seconds':>9}{'share':>7}{'ms/step':>9}{'prompt tok/s':>14}{'output tok/s':>14}")
     for name in (k for k in _KINDS if k in groups):
         n, s, p, o = groups[name]

@@ -125,6 +125,6 @@ def test_engine_greedy_tokens_match_torch(field):
     tokens = {}
     for backend in ("cpp", "torch"):
         engine = LLMEngine(EngineConfig(dtype="float32", num_kv_blocks=128, max_model_len=256, **{field: backend}))
-        assert (engine.attention_backend if field == "attention_backend" else engine.fused_ops) == backend
+        assert (engine.core.attention_backend if field == "attention_backend" else engine.core.fused_ops) == backend
         tokens[backend] = [r.token_ids for r in engine.generate(prompts, params)]
     assert tokens["cpp"] == tokens["torch"]

@@ -133,7 +133,7 @@ def test_engine_sampler_uses_the_fused_argmax():
     from tokenmill.engine.engine import LLMEngine
 
     engine = LLMEngine(EngineConfig(dtype="bfloat16", fused_ops="cpp", num_kv_blocks=16, max_model_len=64))
-    assert engine.sampler.argmax is engine.model.ops.argmax
+    assert engine.core.sampler.argmax is engine.core.model.ops.argmax
 
 
 def test_exact_logits_are_the_unrounded_lm_head():
@@ -144,13 +144,13 @@ def test_exact_logits_are_the_unrounded_lm_head():
     for quantization in (None, "int8"):
         engine = LLMEngine(EngineConfig(dtype="bfloat16", quantization=quantization, num_kv_blocks=16,
                                         max_model_len=64))
-        hidden = randn(3, engine.arch.hidden_size, dtype=torch.bfloat16, seed=7)
-        rounded = engine.model.compute_logits(hidden)  # [3, V] bf16
-        columns = torch.tensor([0, 17, 504, engine.arch.vocab_size - 1])
+        hidden = randn(3, engine.core.arch.hidden_size, dtype=torch.bfloat16, seed=7)
+        rounded = engine.core.model.compute_logits(hidden)  # [3, V] bf16
+        columns = torch.tensor([0, 17, 504, engine.core.arch.vocab_size - 1])
         for r in range(3):
-            exact = engine.model.exact_logits(hidden[r], columns)
+            exact = engine.core.model.exact_logits(hidden[r], columns)
             assert exact.dtype == torch.float32
             torch.testing.assert_close(exact.bfloat16(), rounded[r, columns], atol=0, rtol=2 ** -7)
             if quantization is None:
-                reference = engine.model.lm_head.weight[columns].double() @ hidden[r].double()
+                reference = engine.core.model.lm_head.weight[columns].double() @ hidden[r].double()
                 torch.testing.assert_close(exact.double(), reference, atol=1e-4, rtol=1e-5)

@@ -54,7 +54,7 @@ def test_prefix_cache_hit_matches_cold(cold):
     # The exact same prompt again: all but the last block come from the cache.
     again = engine.generate([SYSTEM + PROMPTS[0]], GREEDY)[0]
     assert again.token_ids == expected[SYSTEM + PROMPTS[0]]
-    assert engine.pool.num_used_blocks == 0
+    assert engine.core.pool.num_used_blocks == 0
 
 
 def test_chunked_prefill_matches_cold(cold):
@@ -73,7 +73,7 @@ def test_preempted_then_resumed_matches_cold(cold):
     results = engine.generate(prompts, GREEDY)
     assert engine.stats().num_preemptions > 0
     assert [r.token_ids for r in results] == [expected[p] for p in prompts]
-    assert engine.pool.num_used_blocks == 0
+    assert engine.core.pool.num_used_blocks == 0
 
 
 @pytest.mark.parametrize("make_params, field", [
@@ -107,17 +107,17 @@ def test_bad_prompts_refused_and_engine_keeps_serving(fp32_engine):
     while engine.has_unfinished_requests():
         finished += [o for o in engine.step() if o.finished]
     assert [o.request_id for o in finished] == [good] and finished[0].num_output_tokens == 8
-    assert engine.pool.num_used_blocks == 0
+    assert engine.core.pool.num_used_blocks == 0
 
 
 def test_abort_frees_blocks(fp32_engine):
     engine = fp32_engine
     rid = engine.add_request(None, PROMPTS[0], SamplingParams(max_tokens=64))
     engine.step()
-    assert engine.pool.num_used_blocks > 0
+    assert engine.core.pool.num_used_blocks > 0
     out = engine.abort(rid)
     assert out.finished and out.finish_reason == "abort"
-    assert engine.pool.num_used_blocks == 0 and not engine.has_unfinished_requests()
+    assert engine.core.pool.num_used_blocks == 0 and not engine.has_unfinished_requests()
     assert engine.abort(rid) is None
 
 
@@ -156,7 +156,7 @@ def test_async_engine_streams_and_aborts(fp32_engine):
         results = asyncio.run(main())
     finally:
         engine.shutdown()  # the loop thread applies the pending abort before it exits
-    assert fp32_engine.pool.num_used_blocks == 0
+    assert fp32_engine.core.pool.num_used_blocks == 0
     expected = fp32_engine.generate(PROMPTS, SamplingParams(max_tokens=12, temperature=0))
     assert [r[0] for r in results[:4]] == [e.text for e in expected]
     assert all(r[1] == len(e.token_ids) for r, e in zip(results, expected))

@@ -108,7 +108,7 @@ def test_greedy_batched_matches_single(hf_reference, fp32_engine, prompts):
     matched = sum(check_against_hf(hf_model, p, r)[0] for p, r in zip(prompts, batch))
     print(f"\nmatched {matched} greedy tokens against HF (one batch of {len(prompts)})")
     assert matched > 700
-    assert fp32_engine.pool.num_used_blocks == 0
+    assert fp32_engine.core.pool.num_used_blocks == 0
 
 
 @pytest.mark.parametrize("index", [0, 5, 12])

@@ -48,7 +48,7 @@ def clean(engine):
 
 
 def poison_forward(engine: LLMEngine, monkeypatch) -> None:
-    model = engine.runner.model
+    model = engine.core.runner.model
     real = model.forward
 
     def forward(input_ids, *args, **kwargs):
@@ -78,7 +78,7 @@ def test_forward_failure_retries_without_the_suspect(engine, clean, monkeypatch,
     assert after.forward_retries == before.forward_retries + 1  # only the first step failed
     assert after.request_failures.get("forward", 0) == before.request_failures.get("forward", 0) + 1
     assert after.aborted_requests.get("error", 0) == before.aborted_requests.get("error", 0) + 1
-    assert engine.pool.num_used_blocks == 0 and not engine.requests
+    assert engine.core.pool.num_used_blocks == 0 and not engine.core.scheduler.requests
     assert any(results[2].request_id in rec.getMessage() and "forward" in rec.getMessage()
                for rec in caplog.records)
 
@@ -97,7 +97,7 @@ def test_sampling_failure_fails_that_request_only(engine, clean, monkeypatch):
     results = engine.generate(PROMPTS + [[9, 9, 9]], PARAMS + [bad])
     check_others(results, clean + [None], failed_index=4)
     assert engine.stats().request_failures["sampling"] == before + 1
-    assert engine.pool.num_used_blocks == 0
+    assert engine.core.pool.num_used_blocks == 0
 
 
 def test_output_processing_failure_fails_that_request_only(engine, clean):
@@ -107,7 +107,7 @@ def test_output_processing_failure_fails_that_request_only(engine, clean):
     def broken(*_):
         raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "injected detokenizer fault")
 
-    engine.text_states[victim].process = broken
+    engine.output_processor.states[victim].process = broken
     tokens, finish = {rid: [] for rid in ids}, {}
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -118,7 +118,7 @@ def test_output_processing_failure_fails_that_request_only(engine, clean):
     for i, rid in enumerate(ids):
         if rid != victim:
             assert (finish[rid][0], tokens[rid]) == ("length", clean[i])
-    assert engine.pool.num_used_blocks == 0
+    assert engine.core.pool.num_used_blocks == 0
 
 
 def test_server_answers_the_failed_request_and_serves_the_rest(monkeypatch):
@@ -131,7 +131,7 @@ def test_server_answers_the_failed_request_and_serves_the_rest(monkeypatch):
     real_process = RequestTextState.process
 
     def process(self, *args):  # the request with max_tokens=7 fails at its third token
-        if self.request.params.max_tokens == 7 and self.request.num_output_tokens == 3:
+        if self.request.params.max_tokens == 7 and self.num_output_tokens == 2:
             raise RuntimeError("injected detokenizer fault")
         return real_process(self, *args)
 
@@ -172,4 +172,4 @@ def test_server_answers_the_failed_request_and_serves_the_rest(monkeypatch):
     assert error["code"] == "engine_error" and "injected detokenizer fault" in error["message"]
     assert 'tokenmill:request_failures_total{stage="forward"} 2.0' in metrics
     assert 'tokenmill:request_failures_total{stage="output"} 1.0' in metrics
-    assert engine.pool.num_used_blocks == 0
+    assert engine.core.pool.num_used_blocks == 0

@@ -104,7 +104,7 @@ def test_unknown_method_names_the_field():
 
 
 def _perplexity(engine: LLMEngine, token_ids: list[int]) -> float:
-    logits = paged_logits(engine.model, token_ids, chunk=64, dtype=engine.dtype)
+    logits = paged_logits(engine.core.model, token_ids, chunk=64, dtype=engine.core.dtype)
     logprobs = torch.log_softmax(logits[:-1].float(), dim=-1)
     nll = -logprobs.gather(1, torch.tensor(token_ids[1:])[:, None]).mean().item()
     return math.exp(nll)

@@ -16,7 +16,6 @@ from tokenmill.engine.sampler import (
     apply_top_k,
     apply_top_p,
     draw,
-    make_generator,
     probability_weights,
 )
 from tokenmill.sampling_params import SamplingParams
@@ -63,8 +62,8 @@ def ref_logprobs(x: torch.Tensor, n: int) -> list[tuple[int, float]]:
     return [(i, lp[i].item()) for i in order]
 
 
-def row(params: SamplingParams, prompt=(), output=(), gen=None) -> SamplingRow:
-    return SamplingRow(params, list(prompt), list(output), gen)
+def row(params: SamplingParams, prompt=(), output=()) -> SamplingRow:
+    return SamplingRow(params, list(prompt), list(output))
 
 
 def rand_logits(rows: int, vocab: int, seed: int, scale: float = 3.0) -> torch.Tensor:
@@ -157,7 +156,7 @@ def test_logprobs_are_of_the_penalized_untempered_distribution():
         SamplingParams(temperature=2.0, logprobs=0),
     ]
     prompts, outputs = [[1, 2, 3], [4], [5], [6]], [[3, 3], [4, 4, 10], [], [7]]
-    rows = [row(p, pr, o, make_generator(p.seed)) for p, pr, o in zip(params, prompts, outputs)]
+    rows = [row(p, pr, o) for p, pr, o in zip(params, prompts, outputs)]
     out = Sampler(vocab, seed=5)(logits, rows)
     assert out.logprobs[2] is None
     for i in (0, 1, 3):
@@ -243,7 +242,7 @@ def test_padding_never_sampled():
     logits[:, vocab:] = 40.0
     sampler = Sampler(vocab, seed=2)
     for _ in range(10):
-        ids = sampler(logits, [row(SamplingParams(temperature=1.0, seed=i), gen=make_generator(i))
+        ids = sampler(logits, [row(SamplingParams(temperature=1.0, seed=i))
                                if i % 2 else row(SamplingParams(temperature=3.0)) for i in range(64)]).token_ids
         assert max(ids) < vocab
     assert len(set(ids)) > 5
@@ -294,8 +293,8 @@ def run_seeded(seed: int, batch: bool, steps: int = 20, vocab: int = 64) -> list
     """Generate with one seeded request, alone or at row 3 of a batch of 8."""
     params = SamplingParams(temperature=0.9, top_p=0.9, top_k=30, repetition_penalty=1.1,
                             frequency_penalty=0.3, seed=seed)
-    target = row(params, [1, 2, 3], [], make_generator(seed))
-    others = [row(SamplingParams(temperature=1.0, seed=77 + i), [i], [], make_generator(77 + i)) if i % 2
+    target = row(params, [1, 2, 3], [])
+    others = [row(SamplingParams(temperature=1.0, seed=77 + i), [i], []) if i % 2
               else row(SamplingParams(temperature=0.5 + 0.1 * i, min_p=0.1)) for i in range(7)]
     rows = others[:3] + [target] + others[3:] if batch else [target]
     sampler = Sampler(vocab, seed=99 if batch else 0)
@@ -315,10 +314,27 @@ def test_seeded_request_is_independent_of_its_batch():
     assert len(set(alone)) > 3
 
 
-def test_make_generator():
-    assert make_generator(None) is None
-    a, b = make_generator(5), make_generator(5)
-    assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))
+def test_seeded_draw_is_a_function_of_seed_and_position():
+    """Counter-based: the same (seed, position) gives the same uniform whatever
+    came before; neighbouring positions and seeds give unrelated ones."""
+    from tokenmill.engine.counter_rng import seeded_uniform
+
+    a = [seeded_uniform(5, i) for i in range(2000)]
+    assert a == [seeded_uniform(5, i) for i in range(2000)]
+    assert all(0.0 <= u < 1.0 for u in a)
+    assert seeded_uniform(5, 7) != seeded_uniform(6, 7) and seeded_uniform(-1, 0) != seeded_uniform(0, 0)
+    counts = torch.histc(torch.tensor(a), bins=10, min=0.0, max=1.0)
+    assert ((counts - 200) ** 2 / 200).sum().item() < 27.9  # chi-square, 9 dof, 99.9%
+    # The draw depends on the position (how many tokens were generated), not on
+    # the history itself or the sampler instance: a resumed request draws what
+    # the uninterrupted one drew there.
+    params = SamplingParams(temperature=1.0, seed=11)
+    logits = rand_logits(1, 64, 8, scale=1.0)
+    tokens = {Sampler(64, seed=s)(logits, [row(params, prompt, out)]).token_ids[0]
+              for s, prompt, out in ((0, [1], [3, 4, 5]), (9, [9, 9, 9], [0, 0, 0]), (2, [7, 7], [1, 2, 3]))}
+    assert len(tokens) == 1
+    drawn = {Sampler(64)(logits, [row(params, [1], [3] * n)]).token_ids[0] for n in range(40)}
+    assert len(drawn) > 5  # other positions draw other numbers
 
 
 # ---- edge cases (issue: one request's parameters must never fail the step) -------
@@ -342,13 +358,13 @@ def test_underflowing_temperature_is_greedy(temperature):
     params = SamplingParams(temperature=temperature, top_p=0.5, min_p=0.2, seed=4)
     assert params.greedy
     x = rand_logits(2, 500, 22, scale=30.0)
-    assert Sampler(500)(x, [row(params, gen=make_generator(4))] * 2).token_ids == x.argmax(dim=-1).tolist()
+    assert Sampler(500)(x, [row(params)] * 2).token_ids == x.argmax(dim=-1).tolist()
     assert not SamplingParams(temperature=1e-5).greedy
 
 
 def test_top_k_zero_and_minus_one_both_mean_off():
     x = rand_logits(3, 400, 23)
-    tokens = {k: [Sampler(400)(x, [row(SamplingParams(top_k=k, seed=9), gen=make_generator(9))] * 3).token_ids
+    tokens = {k: [Sampler(400)(x, [row(SamplingParams(top_k=k, seed=9))] * 3).token_ids
                   for _ in range(5)] for k in (-1, 0, 400, 10 ** 9)}
     assert tokens[-1] == tokens[0] == tokens[400] == tokens[10 ** 9]
     assert masks(x, [SamplingParams(top_k=0)]).all()
@@ -404,13 +420,13 @@ def test_rows_without_a_finite_distribution_fall_back_to_greedy():
     x[1, 3] = float("inf")
     x[2] = float("-inf")
     params = SamplingParams(temperature=0.8, top_p=0.9, seed=5)
-    out = Sampler(vocab)(x, [row(params, gen=make_generator(5)) for _ in range(4)])
+    out = Sampler(vocab)(x, [row(params) for _ in range(4)])
     assert out.token_ids[0] == torch.nan_to_num(x[0], nan=float("-inf")).argmax().item()
     assert out.token_ids[1] == 3
     assert 0 <= out.token_ids[2] < vocab
     assert out.errors == {}
     # The healthy (seeded) row is drawn exactly as it would be alone.
-    assert out.token_ids[3] == Sampler(vocab)(x[3:], [row(params, gen=make_generator(5))]).token_ids[0]
+    assert out.token_ids[3] == Sampler(vocab)(x[3:], [row(params)]).token_ids[0]
 
 
 def test_a_row_whose_sampling_raises_fails_alone(monkeypatch):
@@ -434,9 +450,9 @@ def test_a_row_whose_sampling_raises_fails_alone(monkeypatch):
 
     def rows(with_poison: bool):
         good = [row(SamplingParams(temperature=0.0)),
-                row(SamplingParams(temperature=0.9, seed=31, logprobs=2), gen=make_generator(31)),
+                row(SamplingParams(temperature=0.9, seed=31, logprobs=2)),
                 row(SamplingParams(temperature=0.0, repetition_penalty=1.5), [1, 2, 3]),
-                row(SamplingParams(temperature=1.2, top_k=40, seed=32), gen=make_generator(32))]
+                row(SamplingParams(temperature=1.2, top_k=40, seed=32))]
         return good[:2] + [row(SamplingParams(min_p=poison))] + good[2:] if with_poison else good
 
     alone = Sampler(vocab, seed=6)(x[[0, 1, 3, 4]], rows(False))

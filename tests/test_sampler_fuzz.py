@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from _fuzz_strategies import junk, sampling_fields
-from tokenmill.engine.sampler import Sampler, SamplingRow, make_generator
+from tokenmill.engine.sampler import Sampler, SamplingRow
 from tokenmill.errors import RequestError
 from tokenmill.sampling_params import SamplingParams
 
@@ -35,10 +35,9 @@ history = st.lists(st.integers(-3, VOCAB + 3), max_size=40)  # out-of-vocabulary
 def control_rows() -> list[SamplingRow]:
     """A greedy, a seeded and a penalized-greedy row with logprobs: their tokens
     must not depend on what else is in the batch."""
-    return [SamplingRow(SamplingParams(temperature=0.0), [1, 2], [], None),
-            SamplingRow(SamplingParams(temperature=0.8, top_p=0.95, seed=7, logprobs=3), [3], [4],
-                        make_generator(7)),
-            SamplingRow(SamplingParams(temperature=0.0, repetition_penalty=1.3, logprobs=1), [5, 6], [5], None)]
+    return [SamplingRow(SamplingParams(temperature=0.0), [1, 2], []),
+            SamplingRow(SamplingParams(temperature=0.8, top_p=0.95, seed=7, logprobs=3), [3], [4]),
+            SamplingRow(SamplingParams(temperature=0.0, repetition_penalty=1.3, logprobs=1), [5, 6], [5])]
 
 
 @given(fields=fuzz_params, prompt=history, output=history, logit_scale=st.sampled_from([0.0, 1.0, 30.0, 1e4]),
@@ -50,7 +49,7 @@ def test_any_sampling_params_are_refused_by_name_or_sampled_in_isolation(fields,
         assert exc.param in FIELDS and str(exc).startswith(f"{exc.param}: "), exc
         return
     logits = torch.randn(4, VOCAB + 12, generator=torch.Generator().manual_seed(seed)) * logit_scale
-    fuzzed = SamplingRow(params, prompt, output, make_generator(params.seed))
+    fuzzed = SamplingRow(params, prompt, output)
     alone = Sampler(VOCAB)(logits[:3].clone(), control_rows())
     mixed = Sampler(VOCAB)(logits, control_rows() + [fuzzed])
     assert mixed.errors == {}

@@ -96,10 +96,9 @@ def test_finish_frees_waiting_and_running():
     sched.add(a)
     sched.add(b)
     run_step(sched)
-    sched.finish(a, RequestStatus.FINISHED_ABORTED)
-    sched.finish(b, RequestStatus.FINISHED_ABORTED)
-    assert not sched.has_work() and pool.num_free_blocks == pool.num_blocks
-    sched.finish(a, RequestStatus.FINISHED_ABORTED)  # idempotent
+    assert sched.finish_requests(["a", "b"], RequestStatus.FINISHED_ABORTED) == [a, b]
+    assert not sched.has_work() and pool.num_free_blocks == pool.num_blocks and not sched.requests
+    assert sched.finish_requests(["a", "unknown"], RequestStatus.FINISHED_STOPPED) == []  # idempotent
     assert a.status is RequestStatus.FINISHED_ABORTED
 
 

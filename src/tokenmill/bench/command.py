@@ -143,7 +143,7 @@ def _start_engine(args):
     from tokenmill.engine.engine import LLMEngine
 
     engine = LLMEngine(engine_config_from_args(args))
-    print(f"engine: {engine.model_name} on {engine.device} ({str(engine.dtype).removeprefix('torch.')}), "
+    print(f"engine: {engine.model_name} on {engine.core.device} ({str(engine.core.dtype).removeprefix('torch.')}), "
           f"{engine.config.num_kv_blocks} KV blocks x {engine.config.block_size} tokens", file=sys.stderr)
     return AsyncEngine(engine)
 

@@ -1,10 +1,12 @@
 """AsyncEngine: the asyncio facade over LLMEngine (implements EngineClient).
 
-The engine's step loop runs on its own thread (torch releases the GIL inside
-kernels, so the event loop stays responsive). Requests are validated on the
-caller's side, then handed to the loop thread through a locked inbox; outputs
-come back to each request's asyncio.Queue via ``call_soon_threadsafe``.
-Only the loop thread touches the LLMEngine's scheduler and cache.
+The in-process client of an EngineCore: requests are validated and tokenized
+on the caller's side (``InputProcessor``, in ``generate``), then handed as
+``EngineCoreRequest`` messages to the loop thread through a locked inbox. The
+loop thread runs the core's steps and the output processor (torch releases
+the GIL inside kernels, so the event loop stays responsive); text deltas come
+back to each request's asyncio.Queue via ``call_soon_threadsafe``. Only the
+loop thread touches the core.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class AsyncEngine:
         self.max_model_len = engine.max_model_len
         self.tokenizer = engine.tokenizer
         self._streams: dict[str, _Stream] = {}
-        self._inbox: list[tuple[str, object]] = []  # ("add", Request) | ("abort", (request_id, reason))
+        self._inbox: list[tuple[str, object]] = []  # ("add", EngineCoreRequest) | ("abort", (request_id, reason))
         self._pending_adds = 0
         self._cv = threading.Condition()
         self._stopped = False
@@ -164,7 +166,7 @@ class AsyncEngine:
             stream.put(item)
 
     def _fail_all(self, exc: Exception, reason: str) -> None:
-        for rid in list(self.engine.requests):
+        for rid in list(self.engine.core.scheduler.requests):
             self.engine.abort(rid, reason)
             stream = self._streams.pop(rid, None)
             if stream is not None:

@@ -10,16 +10,19 @@ Events carry sequence numbers (their position in the pool's event stream).
 The buffer is bounded: when a consumer falls behind, the oldest events are
 dropped and the next batch says how many, so the consumer knows its mirror
 has a gap (and should treat it as cleared and relearn).
+
+The event types are msgspec Structs (tagged by class name) so a batch crosses
+a process boundary as msgpack inside EngineCoreOutputs (engine/core_messages.py).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(frozen=True)
-class BlockStored:
+class BlockStored(msgspec.Struct, frozen=True, tag=True):
     block_hashes: tuple[int, ...]
     parent_block_hash: int | None
     token_ids: tuple[int, ...]
@@ -27,21 +30,18 @@ class BlockStored:
     block_size: int
 
 
-@dataclass(frozen=True)
-class BlockRemoved:
+class BlockRemoved(msgspec.Struct, frozen=True, tag=True):
     block_hashes: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class AllBlocksCleared:
+class AllBlocksCleared(msgspec.Struct, frozen=True, tag=True):
     pass
 
 
 KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
-@dataclass(frozen=True)
-class KVEventBatch:
+class KVEventBatch(msgspec.Struct, frozen=True):
     """What one ``take`` drains: events numbered first_seq, first_seq + 1, ..."""
 
     first_seq: int
@@ -70,6 +70,15 @@ class KVEventBuffer:
             self._dropped += 1
         self._events.append(event)
         self._next_seq += 1
+
+    def extend(self, batch: KVEventBatch) -> None:
+        """Relay a batch drained from another buffer (an engine core's stream):
+        sequence numbers stay the source's, and its gaps (the events it dropped,
+        ``batch.dropped`` of them, or batches that never arrived) count as dropped."""
+        self._dropped += max(batch.first_seq - self._next_seq, 0)
+        self._next_seq = batch.first_seq
+        for event in batch.events:
+            self.record(event)
 
     def take(self) -> KVEventBatch:
         batch = KVEventBatch(self._next_seq - len(self._events), tuple(self._events), self._dropped)

@@ -1,60 +1,83 @@
-"""Per-request text output: incremental detokenization and stop strings.
+"""The caller's side of the engine-core boundary, on the way out: the core's
+token ids (EngineCoreOutput) -> text deltas (RequestOutput), with stop strings.
 
 Text that could still turn out to be the start of a stop string is held back
 (up to len(longest stop) - 1 characters), so a client never sees text that a
 stop string later cuts off. The text of an EOS or stop token is not shown.
+
+A stop string is found here, not in the core: the processor finishes the
+request's output at once and lists the request in ``ProcessedOutputs.finish``
+for the caller to end in the core (``EngineCore.finish_requests``). Outputs
+that arrive for a request the processor no longer knows (the core ran a step
+before it heard of the stop, or of an abort) are dropped.
 """
 
 from __future__ import annotations
 
-from tokenmill.engine.request import Request, RequestStatus
+import logging
+from dataclasses import dataclass, field
+
+from tokenmill.engine.core_messages import EngineCoreOutput, EngineCoreRequest, failure_message
+from tokenmill.engine.request import RequestStatus
 from tokenmill.model.detokenizer import IncrementalDetokenizer
 from tokenmill.outputs import RequestOutput, TokenLogprob
 
+log = logging.getLogger(__name__)
+
 
 class RequestTextState:
-    def __init__(self, request: Request, tokenizer):
+    """One request's text so far: an incremental detokenizer and the text held
+    back for stop strings."""
+
+    def __init__(self, request: EngineCoreRequest, tokenizer):
         self.request = request
+        self.request_id = request.request_id
         params = request.params
-        self.detok = (IncrementalDetokenizer(tokenizer, request.prompt_token_ids, params.skip_special_tokens)
+        earlier = request.resume.output_token_ids if request.resume is not None else []
+        # A resumed request's earlier output was delivered already: it is context here.
+        self.detok = (IncrementalDetokenizer(tokenizer, list(request.prompt_token_ids) + list(earlier),
+                                             params.skip_special_tokens)
                       if tokenizer is not None else None)
         self.stops = params.stop
         self.hold = max((len(s) for s in self.stops), default=1) - 1
         self.pending = ""
-        self.emitted_tokens = 0
+        self.num_prompt_tokens = len(request.prompt_token_ids)
+        self.num_output_tokens = len(earlier)
+        self.num_cached_tokens = 0
 
-    def process(self, finished_status: RequestStatus | None,
-                logprobs: list[TokenLogprob] | None) -> tuple[RequestOutput, str | None]:
-        """Build the delta for the tokens appended since the last call. Returns
-        (output, stop string hit or None). The caller finishes the request on a hit."""
-        req = self.request
-        new_ids = req.output_token_ids[self.emitted_tokens:]
-        self.emitted_tokens += len(new_ids)
+    def process(self, new_ids: list[int], finish_reason: str | None, stop_reason,
+                logprobs: list[TokenLogprob] | None) -> RequestOutput:
+        """The delta for the tokens the core produced since the last call; a stop
+        string found in the text ends it (finish_reason 'stop')."""
+        self.num_output_tokens += len(new_ids)
         text_ids = new_ids
-        if finished_status is RequestStatus.FINISHED_STOPPED and req.stop_reason == (new_ids[-1] if new_ids else None):
+        if finish_reason == RequestStatus.FINISHED_STOPPED.value and new_ids and stop_reason == new_ids[-1]:
             text_ids = new_ids[:-1]  # the EOS / stop token itself has no text
-        stop_hit = None
         if self.detok is not None:
             self.pending += self.detok.step(text_ids)
-            if finished_status is not None:
+            if finish_reason is not None:
                 self.pending += self.detok.flush()
-        text, stop_hit = self._take_text(final=finished_status is not None)
+        text, stop_hit = self._take_text(final=finish_reason is not None)
         if stop_hit is not None:
-            finished_status = RequestStatus.FINISHED_STOPPED
-            req.stop_reason = stop_hit
-        out = RequestOutput(
-            request_id=req.request_id,
-            new_token_ids=new_ids,
+            finish_reason, stop_reason = RequestStatus.FINISHED_STOPPED.value, stop_hit
+        return RequestOutput(
+            request_id=self.request_id,
+            new_token_ids=list(new_ids),
             new_text=text,
-            finished=finished_status is not None,
-            finish_reason=finished_status.value if finished_status is not None else None,
-            num_prompt_tokens=req.num_prompt_tokens,
-            num_output_tokens=req.num_output_tokens,
-            num_cached_tokens=max(req.num_cached_tokens, 0),
+            finished=finish_reason is not None,
+            finish_reason=finish_reason,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_output_tokens=self.num_output_tokens,
+            num_cached_tokens=self.num_cached_tokens,
             logprobs=logprobs,
-            stop_reason=req.stop_reason if finished_status is not None else None,
+            stop_reason=stop_reason if finish_reason is not None else None,
         )
-        return out, stop_hit
+
+    def failed(self, error: str) -> RequestOutput:
+        return RequestOutput(
+            request_id=self.request_id, new_token_ids=[], new_text="", finished=True,
+            finish_reason=RequestStatus.FINISHED_ERROR.value, num_prompt_tokens=self.num_prompt_tokens,
+            num_output_tokens=self.num_output_tokens, num_cached_tokens=self.num_cached_tokens, error=error)
 
     def _take_text(self, final: bool) -> tuple[str, str | None]:
         if self.stops:
@@ -69,6 +92,69 @@ class RequestTextState:
             cut = max(len(self.pending) - self.hold, 0)
             text, self.pending = self.pending[:cut], self.pending[cut:]
         return text, None
+
+
+@dataclass
+class ProcessedOutputs:
+    outputs: list[RequestOutput] = field(default_factory=list)
+    finish: list[tuple[str, RequestStatus]] = field(default_factory=list)
+    """(request id, status) the caller must end in the core: stop strings found
+    here, and requests whose output processing failed while the core still runs them."""
+    failed: list[str] = field(default_factory=list)
+    """Requests whose output processing failed (the caller counts them: stage 'output')."""
+
+
+class OutputProcessor:
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.states: dict[str, RequestTextState] = {}
+
+    def add(self, request: EngineCoreRequest) -> None:
+        """Start a request's text state (may raise: nothing is registered then)."""
+        self.states[request.request_id] = RequestTextState(request, self.tokenizer)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self.states
+
+    def process(self, outputs: list[EngineCoreOutput]) -> ProcessedOutputs:
+        done = ProcessedOutputs()
+        for out in outputs:
+            state = self.states.get(out.request_id)
+            if state is None:
+                continue  # ended on this side already (stop string, abort)
+            state.num_cached_tokens = out.num_cached_tokens
+            if out.error is not None:
+                done.outputs.append(state.failed(out.error))
+                del self.states[out.request_id]
+                continue
+            try:
+                result = state.process(out.new_token_ids, out.finish_reason, out.stop_reason, out.logprobs)
+            except Exception as exc:  # detokenizer / stop strings: this request's problem only
+                log.exception("output processing failed for request %s", out.request_id)
+                result = state.failed(failure_message("output", f"{type(exc).__name__}: {exc}"))
+                done.failed.append(out.request_id)
+                if out.finish_reason is None:
+                    done.finish.append((out.request_id, RequestStatus.FINISHED_ERROR))
+            else:
+                if result.finished and out.finish_reason is None:  # a stop string: the core still runs it
+                    done.finish.append((out.request_id, RequestStatus.FINISHED_STOPPED))
+            if result.finished:
+                del self.states[out.request_id]
+            done.outputs.append(result)
+        return done
+
+    def abort(self, request_id: str) -> tuple[RequestOutput | None, bool]:
+        """End a request here (it is being aborted): its final output with the text
+        still held back, or None if unknown. Returns (output, ok); ok is False when
+        flushing its text raised (the output is then an error)."""
+        state = self.states.pop(request_id, None)
+        if state is None:
+            return None, True
+        try:
+            return state.process([], RequestStatus.FINISHED_ABORTED.value, None, None), True
+        except Exception as exc:
+            log.exception("output processing failed for aborted request %s", request_id)
+            return state.failed(failure_message("output", f"{type(exc).__name__}: {exc}")), False
 
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[int, str] | None:

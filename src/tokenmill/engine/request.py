@@ -2,7 +2,9 @@
 
 The scheduler's model (vLLM v1): each request is ``num_computed_tokens``
 catching up to ``num_tokens``. Prefill, chunked prefill, prefix-cache hits,
-decode and recompute after preemption are all the same rule.
+decode and recompute after preemption are all the same rule. A resumed
+request (core_messages.ResumeState) starts with its earlier output already in
+``token_ids`` and simply has more tokens to catch up on.
 """
 
 from __future__ import annotations
@@ -10,8 +12,6 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
-
-import torch
 
 from tokenmill.sampling_params import SamplingParams
 
@@ -37,7 +37,8 @@ class Request:
     params: SamplingParams
     eos_token_ids: frozenset[int] = frozenset()
     max_model_len: int = 1 << 30
-    generator: torch.Generator | None = None
+    resumed_output_ids: list[int] = field(default_factory=list)
+    """Output generated before a resume (counted as output: max_tokens, penalties, seeded positions)."""
     arrival_time: float = field(default_factory=time.monotonic)
 
     token_ids: list[int] = field(init=False)
@@ -51,7 +52,7 @@ class Request:
     stop_reason: str | int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.token_ids = list(self.prompt_token_ids)
+        self.token_ids = list(self.prompt_token_ids) + list(self.resumed_output_ids)
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -14,8 +14,9 @@ has w = 1): top-k, top-p and min-p zero weights out, keeping every token tied
 with the cut-off value. The draw is an inverse-CDF lookup with one float64
 uniform per row per step, done in two levels (blocks of 256 ids, then inside
 the chosen block) so float64 prefix sums stay cheap and exact enough. A seeded
-request takes its uniform from its own generator, one number per step, so its
-tokens depend only on its own logits and seed, never on the batch or its row.
+request's uniform is a function of its seed and the output position being
+sampled (engine/counter_rng.py), so its tokens depend only on its own logits
+and seed, never on the batch, its row, or where it ran its earlier steps.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from itertools import chain
 import numpy as np
 import torch
 
+from tokenmill.engine.counter_rng import seeded_uniform
 from tokenmill.engine.exact_head import ExactLogits
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS
 from tokenmill.outputs import TokenLogprob
@@ -47,8 +49,7 @@ class SamplingRow:
     params: SamplingParams
     prompt_token_ids: list[int]
     output_token_ids: list[int]
-    generator: torch.Generator | None
-    """The request's own generator (seeded requests); None: the shared one."""
+    """Tokens generated before the one sampled now (its position is their count)."""
 
 
 @dataclass
@@ -59,10 +60,6 @@ class SamplerOutput:
     errors: dict[int, str] = field(default_factory=dict)
     """Rows whose sampling raised -> the error. Only those rows failed; the
     others got their tokens as usual (see Sampler.__call__)."""
-
-
-def make_generator(seed: int | None) -> torch.Generator | None:
-    return None if seed is None else torch.Generator().manual_seed(seed)
 
 
 class Sampler:
@@ -175,15 +172,16 @@ class Sampler:
 
     def _uniforms(self, rows: list[SamplingRow]) -> torch.Tensor:
         """One U[0, 1) float64 per sampled row (NaN for greedy rows): seeded rows
-        from their own generator, the others from the shared one."""
+        from their seed and output position, the others from the shared generator."""
         u = torch.full((len(rows),), float("nan"), dtype=torch.float64)  # [R]
         sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
-        shared = [i for i in sampled if rows[i].generator is None]
+        shared = [i for i in sampled if rows[i].params.seed is None]
         if shared:
             u[shared] = torch.rand(len(shared), dtype=torch.float64, generator=self.generator)
         for i in sampled:
-            if rows[i].generator is not None:
-                u[i] = torch.rand((), dtype=torch.float64, generator=rows[i].generator)
+            seed = rows[i].params.seed
+            if seed is not None:
+                u[i] = seeded_uniform(seed, len(rows[i].output_token_ids))
         return u
 
 

@@ -9,6 +9,10 @@ none is free, the newest running request is preempted: its blocks are freed
 (their cached hashes survive until evicted) and it goes back to the front of
 the queue to be recomputed later. No admission happens in a step that
 preempted, so the engine slows down under overload instead of thrashing.
+
+The scheduler owns the live requests (``requests``) and one verb ends them,
+whatever the reason: ``finish_requests`` (stop, length, abort, error) frees
+their blocks and forgets them.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.request import Request, RequestStatus
+from tokenmill.errors import RequestError
 
 
 @dataclass
@@ -51,11 +56,16 @@ class Scheduler:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.requests: dict[str, Request] = {}
+        """Every request not yet finished (waiting, preempted or running), by id."""
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0
 
     def add(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        self.requests[request.request_id] = request
         self.waiting.append(request)
 
     def has_work(self) -> bool:
@@ -129,16 +139,23 @@ class Scheduler:
             advanced.append(req)
             status = req.check_stop()
             if status is not None:
-                self.finish(req, status)
+                self.finish_requests([req.request_id], status)
         return advanced
 
-    def finish(self, req: Request, status: RequestStatus) -> None:
-        """End a request (stop, length, abort, error) and free its blocks."""
-        if req.status.finished:
-            return
-        if req.status is RequestStatus.RUNNING:
-            self.running.remove(req)
-        elif req in self.waiting:
-            self.waiting.remove(req)
-        self.kv.free(req)
-        req.status = status
+    def finish_requests(self, request_ids, status: RequestStatus) -> list[Request]:
+        """End requests (stop, length, abort, error): take them off the queues,
+        free their blocks and forget them. Unknown or already finished ids are
+        skipped. Returns the requests it ended."""
+        ended = []
+        for rid in request_ids:
+            req = self.requests.pop(rid, None)
+            if req is None:
+                continue
+            if req.status is RequestStatus.RUNNING:
+                self.running.remove(req)
+            else:
+                self.waiting.remove(req)
+            self.kv.free(req)
+            req.status = status
+            ended.append(req)
+        return ended

@@ -48,11 +48,12 @@ def url_of(sock: socket.socket) -> str:
 
 def banner(engine, url: str) -> str:
     inner = getattr(engine, "engine", None)  # the LLMEngine behind an AsyncEngine
-    config = inner.config if inner is not None else None
+    core = inner.core if inner is not None else None
+    config = core.config if core is not None else None
     lines = [f"model:         {engine.model_name}"]
-    if inner is not None:
-        lines += [f"device:        {inner.device}", f"dtype:         {str(inner.dtype).removeprefix('torch.')}",
-                  f"attention:     {inner.attention_backend}", f"fused ops:     {inner.fused_ops}",
+    if core is not None:
+        lines += [f"device:        {core.device}", f"dtype:         {str(core.dtype).removeprefix('torch.')}",
+                  f"attention:     {core.attention_backend}", f"fused ops:     {core.fused_ops}",
                   f"deterministic: {'on (batch-invariant kernels)' if config.deterministic else 'off'}",
                   (f"KV cache:      {config.num_kv_blocks} blocks x {config.block_size} tokens = "
                    f"{config.num_kv_blocks * config.block_size} tokens")]

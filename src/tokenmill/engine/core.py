@@ -1,0 +1,272 @@
+"""EngineCore: one model replica behind typed messages (engine/core_messages.py).
+
+Token ids in, token ids out. ``add_request(EngineCoreRequest)``,
+``finish_requests(ids, status)`` (the one verb that ends a request, whatever
+the reason), and ``step() -> EngineCoreOutputs``. A step is visibly three
+calls: ``schedule()`` -> ``execute()`` -> ``update()``, with the sampler
+between the last two. The core knows nothing of text: no tokenizer, no
+detokenizer, no stop strings (the caller's input and output processors do
+that), so the same core runs in-process under ``LLMEngine`` / ``AsyncEngine``
+and, later, inside a worker process that exchanges msgpack-encoded messages.
+
+One request's failure is its own: a forward pass that raises is retried
+without the requests that make it raise (isolation.py), a row whose sampling
+raises fails alone (sampler.py); those requests end with finish_reason
+'error' and the step goes on for the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
+
+import torch
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.block_pool import DEFAULT_EVENT_CAPACITY, BlockPool
+from tokenmill.engine.client import ABORT_REASONS, EngineStats
+from tokenmill.engine.core_messages import (
+    EngineCoreFinish,
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    failure_message,
+)
+from tokenmill.engine.exact_head import ExactLogits
+from tokenmill.engine.input_processor import check_prompt, check_resume
+from tokenmill.engine.isolation import execute_isolating
+from tokenmill.engine.kv_cache_manager import KVCacheManager
+from tokenmill.engine.kv_events import KVEventBatch
+from tokenmill.engine.request import Request, RequestStatus
+from tokenmill.engine.resolve import (
+    kv_cache_bytes,
+    resolve_decode_kernel,
+    resolve_deterministic,
+    resolve_device,
+    resolve_dtype,
+    resolve_fused_ops,
+)
+from tokenmill.engine.runner import ForwardResult, ModelRunner
+from tokenmill.engine.sampler import Sampler, SamplingRow
+from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
+from tokenmill.errors import RequestError
+from tokenmill.kernels.invariant_linear import make_batch_invariant
+from tokenmill.kernels.quantize import quantize_model
+from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
+from tokenmill.model.loaders import load_model
+
+log = logging.getLogger(__name__)
+
+_FINISH_STATUSES = {"abort": RequestStatus.FINISHED_ABORTED, "stop": RequestStatus.FINISHED_STOPPED,
+                    "error": RequestStatus.FINISHED_ERROR}
+"""EngineCoreFinish.status -> the status a request ends with."""
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig):
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        if config.num_threads and self.device.type == "cpu":
+            torch.set_num_threads(config.num_threads)
+        # Checked before the weights load: a configuration that cannot be
+        # batch-invariant fails fast, naming the field.
+        invariant_kernels = resolve_deterministic(config, self.device, self.dtype) if config.deterministic else None
+        source = config.model or str(embedded_gguf_path())
+        loaded = load_model(source, config.load_format, self.device, self.dtype, seed=config.seed)
+        self.arch = loaded.arch
+        self.model = loaded.model
+        self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
+        """Where the caller's processors load the tokenizer from (None: dummy weights)."""
+        if config.quantization is not None:
+            quantize_model(self.model, config.quantization)
+        if invariant_kernels is not None:
+            make_batch_invariant(self.model, invariant_kernels)
+        self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
+        self.eos_token_ids = tuple(self.arch.eos_token_ids)
+        """EOS ids for requests that bring none (no tokenizer on the caller's side)."""
+        c = self.config
+        self.pool = BlockPool(c.num_kv_blocks, c.block_size)
+        self.kv = KVCacheManager(self.pool, c.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv, c.max_num_seqs, c.max_num_batched_tokens)
+        # Deterministic mode needs the C++ attention and fused ops: each computes a
+        # token's row the same way whatever else is in the step.
+        self.attention_backend, decode_kernel = resolve_decode_kernel(
+            "cpp" if c.deterministic else c.attention_backend, self.device, self.dtype)
+        self.fused_ops, self.model.ops = resolve_fused_ops("cpp" if c.deterministic else c.fused_ops,
+                                                          self.device, self.dtype)
+        self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel)
+        self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
+                               row_by_row=c.deterministic)
+        self.exact_head = self.model.exact_head()  # after every swap of the LM head above
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
+        self.num_forward_retries = 0
+        self.request_failures: Counter[str] = Counter()  # stage -> requests failed there
+        self.aborted_requests: Counter[str] = Counter()  # reason -> requests ended before they finished
+        self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
+
+    def _resolve_limits(self, config: EngineConfig, name: str) -> EngineConfig:
+        """Fill in KV block count and max_model_len; every request that passes
+        admission checks then fits in the cache on its own."""
+        bytes_per_token = self.arch.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        blocks = config.num_kv_blocks or max(
+            1, kv_cache_bytes(config.kv_cache_memory_gib, self.device) // (bytes_per_token * config.block_size))
+        capacity = blocks * config.block_size
+        limit = self.arch.max_position_embeddings
+        if self.arch.sliding_window:
+            limit = min(limit, self.arch.sliding_window)
+        max_len = config.max_model_len or min(limit, capacity)
+        if max_len > limit:
+            raise ValueError(f"max_model_len: {max_len} exceeds the model's context length {limit}")
+        if max_len > capacity:
+            raise ValueError(f"max_model_len: {max_len} tokens do not fit in the KV cache "
+                             f"({blocks} blocks x {config.block_size} = {capacity} tokens); "
+                             "raise kv_cache_memory_gib or num_kv_blocks")
+        return replace(config, num_kv_blocks=blocks, max_model_len=max_len,
+                       served_model_name=config.served_model_name or name)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_model_len
+
+    # ---- messages in ------------------------------------------------------------
+
+    def add_request(self, request: EngineCoreRequest) -> None:
+        """Queue a request; RequestError (naming the field) for a prompt or resume
+        state that breaks the limits, or a duplicate id. Nothing is registered
+        when it raises."""
+        vocab = self.arch.vocab_size
+        check_prompt(request.prompt_token_ids, self.max_model_len, vocab)
+        resumed = []
+        if request.resume is not None:
+            check_resume(request.prompt_token_ids, request.resume, request.params, self.max_model_len, vocab)
+            resumed = list(request.resume.output_token_ids)
+        eos = request.eos_token_ids if request.eos_token_ids is not None else self.eos_token_ids
+        self.scheduler.add(Request(request.request_id, list(request.prompt_token_ids), request.params,
+                                   frozenset(eos), self.max_model_len, resumed))
+
+    def finish_requests(self, request_ids: Iterable[str], status: RequestStatus, cause: str | None = None) -> int:
+        """The one verb that ends requests early: blocks freed, requests forgotten.
+        For an abort, ``cause`` (an ABORT_REASONS key) is counted in the stats.
+        Failures are counted where they happen: the core counts its own
+        (forward, sampling) in ``_fail``; a caller that fails a request on its
+        side (output processing) counts it there and ends it here with
+        FINISHED_ERROR. Unknown ids (already finished) are skipped. Returns how
+        many it ended."""
+        ended = self.scheduler.finish_requests(request_ids, status)
+        if ended and status is RequestStatus.FINISHED_ABORTED:
+            self.aborted_requests[cause or "abort"] += len(ended)
+        return len(ended)
+
+    def apply_finish(self, message: EngineCoreFinish) -> int:
+        """``finish_requests`` for a message from a remote caller (checks its fields)."""
+        status = _FINISH_STATUSES.get(message.status)
+        if status is None:
+            raise RequestError("status", f"must be one of {sorted(_FINISH_STATUSES)}, got {message.status!r}")
+        if status is RequestStatus.FINISHED_ABORTED and message.cause not in ABORT_REASONS:
+            raise RequestError("cause", f"must be one of {sorted(ABORT_REASONS)}, got {message.cause!r}")
+        return self.finish_requests(message.request_ids, status, message.cause)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_work()
+
+    # ---- the loop ---------------------------------------------------------------
+
+    def step(self) -> EngineCoreOutputs:
+        out = self.scheduler.schedule()
+        outputs = self._run(out) if out else []
+        return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
+
+    def _run(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
+        forward, failed = self._execute(out)
+        sampled, logprobs = self._sample(forward, failed)
+        # Failed requests end before update(), which then skips them.
+        outputs = [self._fail(rid, stage, message) for rid, (stage, message) in failed.items()]
+        # Prompt tokens computed this step (prefix hits excluded, recomputes included).
+        self.num_prompt_tokens += sum(min(s.num_new_tokens, max(s.request.num_prompt_tokens - s.start, 0))
+                                      for s in out.scheduled)
+        advanced = self.scheduler.update(out, sampled)
+        self.num_generation_tokens += len(advanced)
+        return outputs + [_output(req, logprobs.get(req.request_id)) for req in advanced]
+
+    def _execute(self, out: SchedulerOutput) -> tuple[ForwardResult | None, dict[str, tuple[str, str]]]:
+        """The forward pass; if it raises, retried without the requests that make
+        it raise (isolation.py). Returns (result, request id -> (stage, error))."""
+        def run(scheduled):
+            return self.runner.execute(SchedulerOutput(scheduled), self.kv)
+
+        forward, errors, attempts = execute_isolating(run, out.scheduled)
+        if attempts:
+            self.num_forward_retries += 1
+            log.error("a forward pass over %d requests raised; retried in parts (%d failed attempts), "
+                      "failing %d request(s): %s", len(out.scheduled), attempts, len(errors), ", ".join(errors))
+        return forward, {rid: ("forward", message) for rid, message in errors.items()}
+
+    def _sample(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]]):
+        """Sample every request that reached its last known token; a request whose
+        sampling raises is added to ``failed``. Returns (id -> token, id -> logprob)."""
+        if forward is None or not forward.sampling:
+            return {}, {}
+        sampling = forward.sampling
+        rows = [SamplingRow(s.request.params, s.request.prompt_token_ids, s.request.output_token_ids)
+                for s in sampling]
+        result = self.sampler(forward.logits, rows, ExactLogits(self.exact_head, forward.hidden))
+        for i, message in result.errors.items():
+            failed[sampling[i].request.request_id] = ("sampling", message)
+        ids = [s.request.request_id for s in sampling]
+        sampled = {rid: t for i, (rid, t) in enumerate(zip(ids, result.token_ids)) if i not in result.errors}
+        logprobs = {rid: lp for rid, lp in zip(ids, result.logprobs) if lp is not None}
+        return sampled, logprobs
+
+    def _fail(self, request_id: str, stage: str, message: str) -> EngineCoreOutput:
+        """End one request with an error (its blocks freed); the others go on."""
+        log.error("request %s failed (stage: %s): %s", request_id, stage, message)
+        req = self.scheduler.requests[request_id]
+        self.finish_requests([request_id], RequestStatus.FINISHED_ERROR)
+        self.request_failures[stage] += 1
+        self.aborted_requests["error"] += 1
+        return EngineCoreOutput(request_id, [], RequestStatus.FINISHED_ERROR.value,
+                                num_cached_tokens=max(req.num_cached_tokens, 0),
+                                error=failure_message(stage, message))
+
+    # ---- stats and events -----------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.scheduler.waiting),
+            kv_blocks_total=self.pool.num_blocks,
+            kv_blocks_used=self.pool.num_used_blocks,
+            prefix_cache_queries=self.kv.queries,
+            prefix_cache_hits=self.kv.hits,
+            num_preemptions=self.scheduler.num_preemptions,
+            prompt_tokens=self.num_prompt_tokens,
+            generation_tokens=self.num_generation_tokens,
+            forward_retries=self.num_forward_retries,
+            request_failures=dict(self.request_failures),
+            aborted_requests=dict(self.aborted_requests),
+        )
+
+    def subscribe_kv_events(self, capacity: int = DEFAULT_EVENT_CAPACITY) -> None:
+        """Record KV events from now on and hand them out with every step's
+        outputs (off by default: unread, they would grow forever)."""
+        self.pool.subscribe_events(capacity)
+        self._publish_events = True
+
+    def _drain_events(self) -> KVEventBatch | None:
+        if not self._publish_events or not self.pool.num_pending_events:
+            return None
+        return self.pool.take_events()
+
+
+def _output(req: Request, logprob) -> EngineCoreOutput:
+    """The step's delta for a request that got one new token."""
+    finished = req.status.finished
+    return EngineCoreOutput(
+        req.request_id, [req.token_ids[-1]],
+        finish_reason=req.status.value if finished else None,
+        stop_reason=req.stop_reason if finished else None,
+        num_cached_tokens=max(req.num_cached_tokens, 0),
+        logprobs=[logprob] if logprob is not None else None)
