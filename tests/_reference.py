@@ -55,5 +55,5 @@ def paged_logits(model, token_ids, chunk, dtype=torch.float32):
         with torch.inference_mode():
             hidden = model(inputs.input_ids, inputs.positions, inputs.meta, runner.kv_caches)
             rows.append(model.compute_logits(hidden))
-        sched.update(out, {"r": 0} if out.scheduled[0].samples else {})
+        sched.update(out, {"r": [0]} if out.scheduled[0].samples else {})
     return torch.cat(rows)

@@ -199,3 +199,52 @@ def test_resumed_text_continues_where_the_client_left_off():
         assert tokenizer.decode(answer[:k]) + text == tokenizer.decode(answer)
         assert final[-1].num_output_tokens == len(answer) + 1
 
+
+
+# ---- several tokens per request per step ---------------------------------------
+
+
+@pytest.mark.skipif(load_cpu_kernels() is None, reason="exact comparison needs deterministic mode")
+def test_verifying_drafts_keeps_the_tokens_and_saves_steps():
+    """Drafts fed through the step (each request's last token + k drafts as query
+    rows, one sample row each) change how many steps a request takes, never its
+    tokens: right drafts are accepted, wrong ones replaced by the model's token."""
+    config = EngineConfig(**TINY, dtype="float32", deterministic=True)
+    params = [SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True, logprobs=1),
+              SamplingParams(max_tokens=16, temperature=0.8, seed=99, ignore_eos=True),
+              SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)]
+    plain = EngineCore(config)
+    requests, outputs, _ = _run_with_drafts(plain, params, lambda *_: [])
+    want = {r.request_id: [t for o in outs for t in o.new_token_ids] for r, outs in zip(requests, outputs)}
+    for name, propose in {"right": lambda out, truth: truth[len(out):len(out) + 3],
+                          "wrong": lambda out, truth: [(t + 1) % 512 for t in truth[len(out):len(out) + 3]],
+                          "half": lambda out, truth: truth[len(out):len(out) + 2] + [0, 0]}.items():
+        requests, outputs, steps = _run_with_drafts(EngineCore(config), params, propose, want)
+        for r, outs in zip(requests, outputs):
+            assert [t for o in outs for t in o.new_token_ids] == want[r.request_id], name
+            assert outs[-1].finish_reason == "length"
+            if r.params.logprobs is not None:
+                assert all(len(o.logprobs) == len(o.new_token_ids) for o in outs)
+                assert [lp.token_id for o in outs for lp in o.logprobs] == want[r.request_id]
+        if name == "right":
+            assert steps < 0.5 * _run_with_drafts.steps_without
+        if name == "wrong":
+            assert all(len(o.new_token_ids) == 1 for outs in outputs for o in outs)
+
+
+def _run_with_drafts(core: EngineCore, params, propose, want=None):
+    """Run PROMPTS with ``propose(output so far, true output) -> drafts`` before every step."""
+    requests = [EngineCoreRequest(f"d{i}", p, sp) for i, (p, sp) in enumerate(zip(PROMPTS, params))]
+    for r in requests:
+        core.add_request(r)
+    outputs = {r.request_id: [] for r in requests}
+    steps = 0
+    while core.has_unfinished_requests():
+        for rid, req in core.scheduler.requests.items():
+            req.draft_token_ids = propose(req.output_token_ids, want[rid]) if want else []
+        for out in core.step().outputs:
+            outputs[out.request_id].append(out)
+        steps += 1
+    if want is None:
+        _run_with_drafts.steps_without = steps
+    return requests, [outputs[r.request_id] for r in requests], steps

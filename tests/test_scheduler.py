@@ -1,5 +1,7 @@
 """Scheduler on integer prompts: the 'model' is a counter that returns token 7."""
 
+import pytest
+
 from tokenmill.engine.block_pool import BlockPool
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.request import Request, RequestStatus
@@ -20,7 +22,7 @@ def req(rid, n_prompt, max_tokens=4, first=0):
 
 def run_step(sched):
     out = sched.schedule()
-    sampled = {s.request.request_id: 7 for s in out.scheduled if s.samples}
+    sampled = {s.request.request_id: [7] for s in out.scheduled if s.samples}
     sched.update(out, sampled)
     return out
 
@@ -47,7 +49,7 @@ def test_chunked_prefill_mixes_with_decodes():
     sizes = {s.request.request_id: s.num_new_tokens for s in out.scheduled}
     assert sizes == {"a": 1, "b": 7}  # a decodes, b gets the rest of the budget
     assert not [s for s in out.scheduled if s.request is b][0].samples
-    sched.update(out, {"a": 7})
+    sched.update(out, {"a": [7]})
     assert b.num_computed_tokens == 7 and b.num_output_tokens == 0
     drain(sched, pool)
     assert a.status is RequestStatus.FINISHED_LENGTH and a.output_token_ids == [7] * 6
@@ -121,3 +123,68 @@ def test_max_model_len_ends_with_length():
     sched.add(a)
     drain(sched, pool)
     assert a.status is RequestStatus.FINISHED_LENGTH and a.num_tokens == 8
+
+
+# ---- several tokens per request per step (draft tokens) ----------------------------
+
+
+def decode_with_drafts(sched, request, drafts, sampled):
+    """One step in which ``request`` verifies ``drafts``; ``sampled`` is the
+    verified run update() receives. Returns (scheduled entry, advanced)."""
+    request.draft_token_ids = list(drafts)
+    out = sched.schedule()
+    entry = next(s for s in out.scheduled if s.request is request)
+    return entry, sched.update(out, {request.request_id: sampled})
+
+
+def test_drafts_are_scheduled_after_the_last_token_and_sampled_per_row():
+    pool, kv, sched = make()
+    a = req("a", 20, max_tokens=30)
+    sched.add(a)
+    run_step(sched)  # prefill + first token (7)
+    entry, advanced = decode_with_drafts(sched, a, [8, 9, 10], [8, 9, 11])  # 2 accepted, then the model's 11
+    assert (entry.start, entry.num_new_tokens, entry.num_draft_tokens, entry.num_sample_rows) == (20, 4, 3, 4)
+    assert advanced == [(a, 3)] and a.output_token_ids == [7, 8, 9, 11]
+    # K/V is valid for the real token and the 2 accepted drafts, not the rejected third.
+    assert a.num_computed_tokens == 23 and a.num_tokens == 24 and a.draft_token_ids == []
+    entry, advanced = decode_with_drafts(sched, a, [1, 2], [1, 2, 3])  # all accepted + the bonus token
+    assert advanced == [(a, 3)] and a.num_computed_tokens == 26 and a.output_token_ids[-3:] == [1, 2, 3]
+
+
+def test_multi_token_update_stops_at_the_right_token():
+    pool, kv, sched = make()
+    eos = Request("eos", [1, 2, 3], SamplingParams(max_tokens=20), eos_token_ids=frozenset({5}))
+    stop = Request("stop", [4, 5, 6], SamplingParams(max_tokens=20, stop_token_ids=[9]))
+    length = Request("length", [7, 8], SamplingParams(max_tokens=4, ignore_eos=True), eos_token_ids=frozenset({5}))
+    for r in (eos, stop, length):
+        sched.add(r)
+    run_step(sched)  # all three prefill and sample 7
+    _, advanced = decode_with_drafts(sched, eos, [3, 5, 6], [3, 5])  # EOS is the second token: stop there
+    assert advanced == [(eos, 2)] and eos.output_token_ids == [7, 3, 5]
+    assert eos.status is RequestStatus.FINISHED_STOPPED and eos.stop_reason == 5
+    _, advanced = decode_with_drafts(sched, stop, [9, 1, 2], [9, 1, 2, 3])  # the stop id is the first draft
+    assert advanced == [(stop, 1)] and stop.output_token_ids == [7, 9] and stop.stop_reason == 9
+    _, advanced = decode_with_drafts(sched, length, [5, 1, 2], [5, 1, 2, 3])  # max_tokens=4 after 3 more
+    assert advanced == [(length, 3)] and length.output_token_ids == [7, 5, 1, 2]
+    assert length.status is RequestStatus.FINISHED_LENGTH
+    assert not sched.has_work() and pool.num_free_blocks == pool.num_blocks
+
+
+def test_drafts_respect_budget_and_context_and_bad_runs_are_refused():
+    pool, kv, sched = make(budget=3)
+    a = Request("a", [1, 2], SamplingParams(max_tokens=50))
+    sched.add(a)
+    run_step(sched)  # 3 tokens, 1 output
+    entry, _ = decode_with_drafts(sched, a, [4, 4, 4, 4], [4, 4, 4])  # budget 3: the last token + 2 drafts
+    assert entry.num_draft_tokens == 2 and a.num_tokens == 6 and a.num_computed_tokens == 5
+    pool, kv, sched = make(budget=32)
+    b = Request("b", [1, 2], SamplingParams(max_tokens=50), max_model_len=6)
+    sched.add(b)
+    run_step(sched)
+    b.draft_token_ids = [4, 4, 4, 4]
+    out = sched.schedule()
+    assert out.scheduled[0].num_draft_tokens == 2  # each draft leaves room for the token after it
+    with pytest.raises(ValueError, match="sampled"):
+        sched.update(out, {"b": [5, 4, 4]})  # a run that does not follow the drafts
+    sched.update(out, {"b": [4, 4, 4]})
+    assert b.num_tokens == 6 and b.status is RequestStatus.FINISHED_LENGTH

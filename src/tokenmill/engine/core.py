@@ -51,6 +51,7 @@ from tokenmill.engine.resolve import (
 from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
+from tokenmill.engine.verify import accept_exact
 from tokenmill.errors import RequestError
 from tokenmill.kernels.invariant_linear import make_batch_invariant
 from tokenmill.kernels.quantize import quantize_model
@@ -188,8 +189,8 @@ class EngineCore:
         self.num_prompt_tokens += sum(min(s.num_new_tokens, max(s.request.num_prompt_tokens - s.start, 0))
                                       for s in out.scheduled)
         advanced = self.scheduler.update(out, sampled)
-        self.num_generation_tokens += len(advanced)
-        return outputs + [_output(req, logprobs.get(req.request_id)) for req in advanced]
+        self.num_generation_tokens += sum(n for _, n in advanced)
+        return outputs + [_output(req, n, logprobs.get(req.request_id)) for req, n in advanced]
 
     def _execute(self, out: SchedulerOutput) -> tuple[ForwardResult | None, dict[str, tuple[str, str]]]:
         """The forward pass; if it raises, retried without the requests that make
@@ -205,19 +206,31 @@ class EngineCore:
         return forward, {rid: ("forward", message) for rid, message in errors.items()}
 
     def _sample(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]]):
-        """Sample every request that reached its last known token; a request whose
-        sampling raises is added to ``failed``. Returns (id -> token, id -> logprob)."""
+        """Sample every row of the requests that reached their last known token
+        and keep the verified run of each (verify.py); a request any of whose
+        rows raises is added to ``failed``. Returns (id -> tokens to append,
+        id -> their logprobs)."""
         if forward is None or not forward.sampling:
             return {}, {}
-        sampling = forward.sampling
-        rows = [SamplingRow(s.request.params, s.request.prompt_token_ids, s.request.output_token_ids)
-                for s in sampling]
+        rows, spans = [], []
+        for s in forward.sampling:
+            req = s.request
+            drafts, output = req.draft_token_ids[:s.num_draft_tokens], req.output_token_ids
+            spans.append((len(rows), drafts))
+            rows += [SamplingRow(req.params, req.prompt_token_ids, output + drafts[:j] if j else output)
+                     for j in range(s.num_sample_rows)]
         result = self.sampler(forward.logits, rows, ExactLogits(self.exact_head, forward.hidden))
-        for i, message in result.errors.items():
-            failed[sampling[i].request.request_id] = ("sampling", message)
-        ids = [s.request.request_id for s in sampling]
-        sampled = {rid: t for i, (rid, t) in enumerate(zip(ids, result.token_ids)) if i not in result.errors}
-        logprobs = {rid: lp for rid, lp in zip(ids, result.logprobs) if lp is not None}
+        sampled, logprobs = {}, {}
+        for s, (first, drafts) in zip(forward.sampling, spans):
+            rid, last = s.request.request_id, first + len(drafts) + 1
+            error = next((result.errors[i] for i in range(first, last) if i in result.errors), None)
+            if error is not None:
+                failed[rid] = ("sampling", error)
+                continue
+            tokens = accept_exact(drafts, result.token_ids[first:last])
+            sampled[rid] = tokens
+            if rows[first].params.logprobs is not None:
+                logprobs[rid] = result.logprobs[first:first + len(tokens)]
         return sampled, logprobs
 
     def _fail(self, request_id: str, stage: str, message: str) -> EngineCoreOutput:
@@ -261,12 +274,12 @@ class EngineCore:
         return self.pool.take_events()
 
 
-def _output(req: Request, logprob) -> EngineCoreOutput:
-    """The step's delta for a request that got one new token."""
+def _output(req: Request, n: int, logprobs) -> EngineCoreOutput:
+    """The step's delta for a request that got ``n`` new tokens."""
     finished = req.status.finished
     return EngineCoreOutput(
-        req.request_id, [req.token_ids[-1]],
+        req.request_id, req.token_ids[-n:],
         finish_reason=req.status.value if finished else None,
         stop_reason=req.stop_reason if finished else None,
         num_cached_tokens=max(req.num_cached_tokens, 0),
-        logprobs=[logprob] if logprob is not None else None)
+        logprobs=logprobs[:n] if logprobs is not None else None)

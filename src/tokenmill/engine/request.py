@@ -47,6 +47,10 @@ class Request:
     """Tokens whose K/V sit in this request's blocks."""
     num_cached_tokens: int = field(default=-1, init=False)
     """Prompt tokens served from the prefix cache at first admission (-1: not yet admitted)."""
+    draft_token_ids: list[int] = field(default_factory=list, init=False)
+    """Proposed next tokens (speculative decoding), not yet accepted: the
+    scheduler feeds them after ``token_ids`` so one step verifies them all;
+    ``Scheduler.update`` clears them."""
     num_preemptions: int = field(default=0, init=False)
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
     stop_reason: str | int | None = field(default=None, init=False)

@@ -28,18 +28,19 @@ class ModelInputs:
     input_ids: torch.Tensor  # [T] long
     positions: torch.Tensor  # [T] long
     meta: AttentionMetadata
-    sample_rows: torch.Tensor  # [S] long: row of each sampling request's last token
-    sampling: list[ScheduledRequest]  # the S requests that sample, in row order
+    sample_rows: torch.Tensor  # [S] long: the rows sampled (each sampling request's last token and drafts)
+    sampling: list[ScheduledRequest]  # the requests that sample, in row order (num_sample_rows rows each)
 
 
 @dataclass
 class ForwardResult:
     logits: torch.Tensor
-    """[S, vocab] in the model dtype: one row per sampling request."""
+    """[S, vocab] in the model dtype: ``num_sample_rows`` consecutive rows per
+    sampling request (its last token's, then one per draft it verifies)."""
     hidden: torch.Tensor
     """[S, hidden]: the final hidden rows the logits came from."""
     sampling: list[ScheduledRequest]
-    """The S requests that sample this step, in row order."""
+    """The requests that sample this step, in row order."""
 
     @staticmethod
     def concat(parts: list[ForwardResult]) -> ForwardResult:
@@ -84,13 +85,13 @@ class ModelRunner:
             tokens.append(s.request.token_ids[s.start])
             positions.append(s.start)
         for s in prefills:
-            tokens.extend(s.request.token_ids[s.start:s.start + s.num_new_tokens])
+            tokens.extend(_step_tokens(s))
             positions.extend(range(s.start, s.start + s.num_new_tokens))
         row = 0
         for s in decodes + prefills:
             row += s.num_new_tokens
-            if s.samples:
-                sample_rows.append(row - 1)
+            if s.samples:  # its last token's row, then one per draft
+                sample_rows.extend(range(row - s.num_sample_rows, row))
                 sampling.append(s)
         dev = self.device
         pos = torch.tensor(positions, dtype=torch.long, device=dev)
@@ -122,3 +123,12 @@ class ModelRunner:
             return build_cpp_metadata(all_tables, row_of_token, pos, slot_mapping, bs, self.decode_kernel)
         return build_torch_metadata(all_tables, [s.start for s in decodes],
                                     [(s.start, s.num_new_tokens) for s in prefills], slot_mapping, bs)
+
+
+def _step_tokens(s: ScheduledRequest) -> list[int]:
+    """The token ids a multi-token run feeds: its prompt chunk or its last token
+    followed by the drafts it verifies."""
+    req, end = s.request, s.start + s.num_new_tokens
+    if not s.num_draft_tokens:
+        return req.token_ids[s.start:end]
+    return req.token_ids[s.start:] + req.draft_token_ids[:s.num_draft_tokens]

@@ -31,11 +31,20 @@ class ScheduledRequest:
     start: int
     """num_computed_tokens when scheduled: the first position computed this step."""
     num_new_tokens: int
+    """Positions computed this step; the last ``num_draft_tokens`` of them are drafts."""
+    num_draft_tokens: int = 0
+    """Draft tokens (request.draft_token_ids[:n]) fed after the request's last token."""
+    samples: bool = field(init=False)
+    """This step reaches the request's last known token (fixed when scheduled:
+    update() then appends tokens to the request)."""
+
+    def __post_init__(self) -> None:
+        self.samples = self.start + self.num_new_tokens == self.request.num_tokens + self.num_draft_tokens
 
     @property
-    def samples(self) -> bool:
-        """True when this step reaches the request's last known token."""
-        return self.start + self.num_new_tokens == self.request.num_tokens
+    def num_sample_rows(self) -> int:
+        """Rows sampled for it: its last token's and each draft's (0 mid-prompt)."""
+        return 1 + self.num_draft_tokens if self.samples else 0
 
 
 @dataclass
@@ -82,7 +91,8 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            real = req.num_tokens - req.num_computed_tokens
+            n = min(real + self._num_drafts(req), budget)
             while not self.kv.allocate(req, n):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -90,10 +100,16 @@ class Scheduler:
                 if victim is req:
                     break
             else:
-                out.scheduled.append(ScheduledRequest(req, req.num_computed_tokens, n))
+                out.scheduled.append(ScheduledRequest(req, req.num_computed_tokens, n, max(n - real, 0)))
                 budget -= n
                 i += 1
         return budget
+
+    @staticmethod
+    def _num_drafts(req: Request) -> int:
+        """Drafts it may verify: each must leave room for the token after it
+        within max_model_len (the budget may cut them further)."""
+        return max(min(len(req.draft_token_ids), req.max_model_len - req.num_tokens - 1), 0)
 
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -121,23 +137,42 @@ class Scheduler:
         self.waiting.appendleft(req)
         self.num_preemptions += 1
 
-    def update(self, out: SchedulerOutput, sampled: dict[str, int]) -> list[Request]:
-        """Advance computed counters, append sampled tokens, index newly full
-        blocks, and finish requests that hit a stop. Returns the requests that
-        got a new token this step (finished ones included)."""
+    def update(self, out: SchedulerOutput, sampled: dict[str, list[int]]) -> list[tuple[Request, int]]:
+        """Append each request's new tokens, checking stops after each one (a
+        stop ends the request there; later tokens are dropped), advance its
+        computed counter, index newly full blocks, and finish requests that hit
+        a stop. Returns (request, tokens appended) for every request that got
+        tokens this step (finished ones included).
+
+        ``sampled[id]`` is the verified run for a request that sampled: its
+        drafts the model confirmed, then one token of the model's own. Every
+        token but the last is thus a draft whose K/V this step computed and
+        that stays valid; the K/V of rejected drafts is not counted as computed
+        (their slots are rewritten by later steps), so the computed counter,
+        and the prefix-cache index built from it, only ever cover accepted
+        tokens."""
         advanced = []
         for s in out.scheduled:
             req = s.request
             if req.status is not RequestStatus.RUNNING:
                 continue  # preempted later in the same step
-            req.num_computed_tokens = s.start + s.num_new_tokens
+            tokens = sampled.get(req.request_id, ())
+            confirmed = max(len(tokens) - 1, 0)  # drafts the run claims were accepted
+            if len(tokens) > s.num_sample_rows or list(tokens[:confirmed]) != req.draft_token_ids[:confirmed]:
+                raise ValueError(f"sampled: request {req.request_id} got {list(tokens)}; expected up to "
+                                 f"{s.num_sample_rows} tokens, all but the last from its drafts")
+            status, appended = None, 0
+            for token in tokens:
+                req.append_token(token)
+                appended += 1
+                status = req.check_stop()
+                if status is not None:
+                    break
+            req.num_computed_tokens = s.start + s.num_new_tokens - s.num_draft_tokens + max(appended - 1, 0)
+            req.draft_token_ids = []
             self.kv.cache_computed_blocks(req)
-            token = sampled.get(req.request_id)
-            if token is None:
-                continue
-            req.append_token(token)
-            advanced.append(req)
-            status = req.check_stop()
+            if appended:
+                advanced.append((req, appended))
             if status is not None:
                 self.finish_requests([req.request_id], status)
         return advanced
