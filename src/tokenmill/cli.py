@@ -14,8 +14,8 @@ import time
 
 from tokenmill.bench.cli_args import add_bench_args
 from tokenmill.bench.workloads.args import add_workload_args
-from tokenmill.cli_args import (add_engine_args, add_generate_args, add_server_args, check_server_args,
-                                engine_config_from_args)
+from tokenmill.cli_args import (add_cluster_args, add_engine_args, add_generate_args, add_server_args,
+                                check_server_args, cluster_options_from_args, engine_config_from_args)
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).")
     add_engine_args(serve)
     add_server_args(serve)
+    add_cluster_args(serve)
     serve.set_defaults(func=cmd_serve)
     generate = sub.add_parser("generate", help="complete prompts offline and print the results",
                               description="Complete prompts in one batch with the engine and print each result "
@@ -73,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args)
     options = ServerOptions(host=args.host, port=args.port, api_key=args.api_key,
                             max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
-                            log_level=args.log_level)
+                            log_level=args.log_level, cluster=cluster_options_from_args(args))
     serve(config, options)
     return 0
 

@@ -76,6 +76,31 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help="cap on max_tokens per request; also bounds the default when a request gives none")
 
 
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("cluster (Ray): several engine workers behind one frontend")
+    g.add_argument("--workers", type=int, default=1,
+                   help="engine workers as Ray actors behind a router (default 1: one in-process engine, no Ray)")
+    g.add_argument("--router", default="kv", choices=["kv", "round-robin", "random", "least-loaded"],
+                   help="routing policy (kv: the worker already holding the prompt's prefix, weighed against load)")
+    g.add_argument("--router-overlap-weight", type=float, default=1.0,
+                   help="kv router: cost of one uncached prompt block, in blocks of decode load")
+    g.add_argument("--router-temperature", type=float, default=0.0,
+                   help="kv router: 0 picks the lowest cost; > 0 samples softmax(-cost / T) to spread ties")
+    g.add_argument("--ray-address", default=None,
+                   help="join a running Ray cluster ('auto' or host:port); default: start a local instance")
+    g.add_argument("--worker-num-cpus", type=float, default=1.0,
+                   help="CPUs per worker (Ray placement; also its torch threads unless --num-threads)")
+    g.add_argument("--worker-num-gpus", type=float, default=0.0, help="GPUs per worker (Ray placement)")
+
+
+def cluster_options_from_args(args: argparse.Namespace):
+    from tokenmill.cluster.launch import ClusterOptions
+
+    return ClusterOptions(workers=args.workers, router=args.router, router_overlap_weight=args.router_overlap_weight,
+                          router_temperature=args.router_temperature, ray_address=args.ray_address,
+                          worker_num_cpus=args.worker_num_cpus, worker_num_gpus=args.worker_num_gpus)
+
+
 def add_generate_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("prompts and sampling")
     g.add_argument("prompts", nargs="*", help="prompts to complete")

@@ -26,7 +26,10 @@ from tokenmill.sampling_params import SamplingParams
 log = logging.getLogger(__name__)
 
 
-class _Stream:
+class OutputStream:
+    """One request's outputs, handed from an engine thread to the asyncio loop
+    of the coroutine that consumes them."""
+
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.queue: asyncio.Queue = asyncio.Queue()
@@ -47,7 +50,7 @@ class AsyncEngine:
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
         self.tokenizer = engine.tokenizer
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, OutputStream] = {}
         self._inbox: list[tuple[str, object]] = []  # ("add", EngineCoreRequest) | ("abort", (request_id, reason))
         self._pending_adds = 0
         self._cv = threading.Condition()
@@ -64,7 +67,7 @@ class AsyncEngine:
                        request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         request = self.engine.make_request(prompt, params, request_id)
         limit = self.engine.config.max_waiting_requests
-        stream = _Stream(asyncio.get_running_loop())
+        stream = OutputStream(asyncio.get_running_loop())
         with self._cv:
             if limit is not None and self._stats.num_waiting + self._pending_adds >= limit:
                 raise QueueFullError(f"the waiting queue is full ({limit} requests)")

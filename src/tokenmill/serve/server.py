@@ -26,6 +26,8 @@ class ServerOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_tokens_limit: int | None = None
     log_level: str = "info"
+    cluster: object | None = None
+    """cluster.launch.ClusterOptions; with workers > 1 the engine is a ClusterEngine on Ray."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -57,6 +59,9 @@ def banner(engine, url: str) -> str:
                   f"deterministic: {'on (batch-invariant kernels)' if config.deterministic else 'off'}",
                   (f"KV cache:      {config.num_kv_blocks} blocks x {config.block_size} tokens = "
                    f"{config.num_kv_blocks * config.block_size} tokens")]
+    workers = getattr(engine, "workers", None)  # a ClusterEngine
+    if workers is not None:
+        lines.append(f"workers:       {len(workers)} on Ray, router {engine.router.config.policy}")
     lines += [f"max_model_len: {engine.max_model_len}", f"listening on {url}"]
     return "\n".join(lines)
 
@@ -66,7 +71,11 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
     from tokenmill.engine.async_engine import AsyncEngine
 
     sock = bind_socket(options.host, options.port)  # fail fast, before loading weights
-    engine = AsyncEngine.from_config(config)
+    if options.cluster is not None and options.cluster.workers > 1:
+        from tokenmill.cluster.launch import start_cluster
+        engine = start_cluster(config, options.cluster)
+    else:
+        engine = AsyncEngine.from_config(config)
     try:
         app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
                         max_tokens_limit=options.max_tokens_limit)

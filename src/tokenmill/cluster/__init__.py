@@ -1,0 +1,1 @@
+"""Cluster serving: many engine workers behind one frontend (router, workers, disaggregation)."""

@@ -1,0 +1,221 @@
+"""ClusterEngine: N engine workers on Ray behind one EngineClient.
+
+The frontend's side of the engine-core boundary, with a router in front: it
+tokenizes and validates once (InputProcessor), routes the token ids to a
+worker (cluster/router), sends an EngineCoreRequest as msgpack, and turns the
+worker's token ids back into text (OutputProcessor). The server and the
+benchmark use it exactly like the in-process AsyncEngine.
+
+One poller thread per worker keeps a long ``poll`` outstanding and hands each
+step's outputs to the request streams; the same outputs carry the worker's
+load and KV events, which feed the router. A stop string found here ends the
+request on its worker with an EngineCoreFinish message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import msgspec
+
+from tokenmill.cluster.router.types import WorkerLoad
+from tokenmill.cluster.worker import WorkerInfo
+from tokenmill.engine.async_engine import OutputStream
+from tokenmill.engine.client import EngineStats
+from tokenmill.engine.core_messages import EngineCoreFinish, EngineCoreOutputs, decode_outputs, encode
+from tokenmill.engine.input_processor import InputProcessor
+from tokenmill.engine.output_processor import OutputProcessor
+from tokenmill.engine.request import RequestStatus
+from tokenmill.errors import QueueFullError, RequestError
+from tokenmill.outputs import RequestOutput
+from tokenmill.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+POLL_TIMEOUT_S = 1.0
+"""How long one long poll waits for a step before returning empty (bounds how
+long a stopped frontend waits for its pollers)."""
+
+
+@dataclass
+class WorkerHandle:
+    info: WorkerInfo
+    actor: object
+    """The Ray actor handle (EngineWorker)."""
+    stats: EngineStats | None = None
+    """Its load after its latest step."""
+
+
+class ClusterEngine:
+    def __init__(self, actors: list, router, tokenizer_source: str | None = None,
+                 max_waiting_requests: int | None = None, started_ray: bool = False):
+        """actors: EngineWorker actor handles (cluster/launch.py); router: a
+        cluster.router.Router; tokenizer_source: overrides the workers' own."""
+        import ray
+
+        described = ray.get([a.describe.remote() for a in actors])
+        infos = [msgspec.msgpack.decode(data, type=WorkerInfo) for data in described]
+        first = infos[0]
+        for info in infos[1:]:
+            if (info.model_name, info.max_model_len, info.vocab_size, info.block_size) != \
+                    (first.model_name, first.max_model_len, first.vocab_size, first.block_size):
+                raise ValueError(f"workers: {info.worker_id} serves a different model or shape than {first.worker_id}")
+        self.workers = {info.worker_id: WorkerHandle(info, actor) for info, actor in zip(infos, actors)}
+        self.model_name, self.max_model_len = first.model_name, first.max_model_len
+        self.tokenizer = _load_tokenizer(tokenizer_source or first.tokenizer_source)
+        self.input_processor = InputProcessor(self.tokenizer, first.max_model_len, first.vocab_size)
+        self.output_processor = OutputProcessor(self.tokenizer)
+        self.router = router
+        self._router_lock = threading.Lock()  # the router is not thread-safe: pollers feed it, routes read it
+        for worker_id in self.workers:
+            router.add_worker(worker_id)
+        self.max_waiting_requests = max_waiting_requests
+        self._started_ray = started_ray
+        self._lock = threading.Lock()  # output processor, streams, routes
+        self._streams: dict[str, OutputStream] = {}
+        self._route: dict[str, str] = {}  # request id -> worker id
+        self._output_failures = 0
+        self._stopped = threading.Event()
+        self._pollers = [threading.Thread(target=self._poll, args=(w,), name=f"poll-{w}", daemon=True)
+                         for w in self.workers]
+        for t in self._pollers:
+            t.start()
+
+    # ---- EngineClient ---------------------------------------------------------------
+
+    async def generate(self, prompt: str | list[int], params: SamplingParams,
+                       request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+        request = self.input_processor.process(prompt, params, request_id)
+        rid = request.request_id
+        if self.max_waiting_requests is not None and self._num_waiting() >= self.max_waiting_requests:
+            raise QueueFullError(f"the waiting queue is full ({self.max_waiting_requests} requests)")
+        with self._router_lock:
+            decision = self.router.route(request.prompt_token_ids, session=params.extra.get("user"))
+        stream = OutputStream(asyncio.get_running_loop())
+        with self._lock:
+            if rid in self._streams:
+                raise RequestError("request_id", f"duplicate request id {rid!r}")
+            self.output_processor.add(request)
+            self._streams[rid], self._route[rid] = stream, decision.worker_id
+        finished = False
+        try:
+            await self.workers[decision.worker_id].actor.submit.remote(encode(request))
+            while True:
+                item = await stream.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:  # the consumer left: end the request on its worker
+                self._end(rid, RequestStatus.FINISHED_ABORTED, "client_disconnect")
+
+    async def abort(self, request_id: str) -> None:
+        self._end(request_id, RequestStatus.FINISHED_ABORTED, "abort")
+
+    def stats(self) -> EngineStats:
+        """The workers' stats summed (their latest step each)."""
+        total = EngineStats(0, 0, 0, 0, 0, 0, 0, 0, 0)
+        for handle in self.workers.values():
+            s = handle.stats
+            if s is None:
+                continue
+            for name in ("num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used", "prefix_cache_queries",
+                         "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens",
+                         "forward_retries"):
+                setattr(total, name, getattr(total, name) + getattr(s, name))
+            for mine, theirs in ((total.request_failures, s.request_failures),
+                                 (total.aborted_requests, s.aborted_requests)):
+                for key, n in theirs.items():
+                    mine[key] = mine.get(key, 0) + n
+        if self._output_failures:
+            total.request_failures["output"] = total.request_failures.get("output", 0) + self._output_failures
+            total.aborted_requests["error"] = total.aborted_requests.get("error", 0) + self._output_failures
+        return total
+
+    def shutdown(self) -> None:
+        """Stop polling, fail what is in flight, stop the workers (and Ray, if started here)."""
+        import ray
+
+        self._stopped.set()
+        for t in self._pollers:
+            t.join(timeout=POLL_TIMEOUT_S * 3)
+        with self._lock:
+            streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.put(RuntimeError("the engine is shutting down"))
+        for handle in self.workers.values():
+            ray.kill(handle.actor, no_restart=True)
+        if self._started_ray:
+            ray.shutdown()
+
+    # ---- the pollers' side -------------------------------------------------------
+
+    def _poll(self, worker_id: str) -> None:
+        import ray
+
+        actor = self.workers[worker_id].actor
+        while not self._stopped.is_set():
+            try:
+                batch = ray.get(actor.poll.remote(POLL_TIMEOUT_S))
+            except Exception:
+                if self._stopped.is_set():
+                    return
+                log.exception("polling %s failed", worker_id)
+                self._stopped.wait(POLL_TIMEOUT_S)
+                continue
+            for data in batch:
+                self._on_outputs(worker_id, decode_outputs(data))
+
+    def _on_outputs(self, worker_id: str, step: EngineCoreOutputs) -> None:
+        self.workers[worker_id].stats = step.stats
+        with self._router_lock:
+            self.router.update_load(worker_id, WorkerLoad.from_stats(step.stats))
+            if step.kv_events is not None:
+                self.router.apply_kv_events(worker_id, step.kv_events)
+        with self._lock:
+            done = self.output_processor.process(step.outputs)
+            self._output_failures += len(done.failed)
+            streams = []
+            for out in done.outputs:
+                stream = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
+                if out.finished:
+                    self._route.pop(out.request_id, None)
+                streams.append((stream, out))
+        for request_id, status in done.finish:
+            self._send_finish(worker_id, [request_id], status, None)
+        for stream, out in streams:
+            if stream is not None:
+                stream.put(out)
+
+    def _end(self, request_id: str, status: RequestStatus, cause: str | None) -> None:
+        """End a request here and on its worker (abort, disconnect); a consumer
+        still reading gets the final output (the text held back, flushed)."""
+        with self._lock:
+            out, ok = self.output_processor.abort(request_id)
+            self._output_failures += not ok
+            stream = self._streams.pop(request_id, None)
+            worker_id = self._route.pop(request_id, None)
+        if worker_id is not None:
+            self._send_finish(worker_id, [request_id], status, cause)
+        if stream is not None and out is not None:
+            stream.put(out)
+
+    def _send_finish(self, worker_id: str, ids: list[str], status: RequestStatus, cause: str | None) -> None:
+        self.workers[worker_id].actor.finish.remote(encode(EngineCoreFinish(ids, status.value, cause)))
+
+    def _num_waiting(self) -> int:
+        return sum(h.stats.num_waiting for h in self.workers.values() if h.stats is not None)
+
+
+def _load_tokenizer(source: str | None):
+    if source is None:
+        return None
+    from tokenmill.model.tokenizer import load_tokenizer
+    return load_tokenizer(source)

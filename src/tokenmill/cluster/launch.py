@@ -1,0 +1,104 @@
+"""Start (or join) Ray and place engine workers on it.
+
+``tokenmill serve --workers N`` starts a local Ray instance (no dashboard,
+a small object store) unless ``--ray-address`` names a running cluster to
+join. Workers are Ray actors placed by their resource request
+(``--worker-num-cpus``, ``--worker-num-gpus``); Ray restarts a crashed worker
+(``max_restarts``), and the frontend treats it as new when it comes back.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+import msgspec
+
+from tokenmill.config import EngineConfig
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """``tokenmill serve --workers N`` and its placement and routing flags."""
+
+    workers: int = 1
+    """Engine workers (Ray actors); 1 serves in-process without Ray."""
+    router: str = "kv"
+    """Routing policy: kv, round-robin, random, least-loaded."""
+    router_overlap_weight: float = 1.0
+    """kv policy: cost of one prompt block not cached on a worker, in blocks of decode load."""
+    router_temperature: float = 0.0
+    """kv policy: 0 picks the lowest cost; > 0 samples softmax(-cost / T)."""
+    ray_address: str | None = None
+    """Join this Ray cluster ('auto' or host:port); None starts a local instance."""
+    worker_num_cpus: float = 1.0
+    """CPUs each worker asks Ray for (and its torch threads, unless --num-threads)."""
+    worker_num_gpus: float = 0.0
+    """GPUs each worker asks Ray for."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers: must be at least 1, got {self.workers}")
+        if self.worker_num_cpus <= 0 or self.worker_num_gpus < 0:
+            raise ValueError("worker_num_cpus: must be positive (and worker_num_gpus >= 0)")
+
+
+def start_cluster(config: EngineConfig, options: ClusterOptions):
+    """Ray (started or joined), ``options.workers`` workers and a router -> a
+    ClusterEngine (an EngineClient the server uses like the in-process engine)."""
+    from tokenmill.cluster.client import ClusterEngine
+    from tokenmill.cluster.router import Router, RouterConfig
+
+    router = Router(RouterConfig(policy=options.router, overlap_weight=options.router_overlap_weight,
+                                 temperature=options.router_temperature, block_size=config.block_size,
+                                 seed=config.seed))
+    started = start_ray(options.ray_address)
+    try:
+        actors = launch_workers(config, options.workers, options.worker_num_cpus, options.worker_num_gpus)
+        return ClusterEngine(actors, router, config.tokenizer, config.max_waiting_requests, started_ray=started)
+    except BaseException:
+        if started:
+            import ray
+            ray.shutdown()
+        raise
+
+
+OBJECT_STORE_BYTES = 256 * 1024 * 1024
+"""The object store of a Ray instance we start: workers exchange small msgpack
+messages, not tensors (KV transfer will size its own)."""
+
+
+def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray: join ``address`` ('auto' or host:port), or start a local
+    instance. Returns True when this process started it (and so stops it)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+        return False
+    ray.init(num_cpus=num_cpus, include_dashboard=False, object_store_memory=OBJECT_STORE_BYTES,
+             log_to_driver=True)
+    return True
+
+
+def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_gpus: float,
+                   max_restarts: int = -1, scheduling_strategy: str | None = "SPREAD") -> list:
+    """Create ``num_workers`` EngineWorker actors; each loads the model itself.
+    Threads per worker default to the CPUs it was given (at least 1).
+    ``scheduling_strategy`` 'SPREAD' puts workers on different nodes when it can."""
+    import ray
+
+    from tokenmill.cluster.worker import EngineWorker
+
+    if num_workers < 1:
+        raise ValueError(f"workers: must be at least 1, got {num_workers}")
+    threads = config.num_threads or max(int(num_cpus), 1)
+    config_json = msgspec.json.encode(replace(config, num_threads=threads))
+    actor_class = ray.remote(EngineWorker)
+    options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts, max_task_retries=0)
+    if scheduling_strategy:
+        options["scheduling_strategy"] = scheduling_strategy
+    return [actor_class.options(**options).remote(f"worker-{i}", config_json) for i in range(num_workers)]

@@ -1,0 +1,180 @@
+"""EngineWorker: one EngineCore in its own process, as a Ray actor.
+
+The worker speaks only the engine-core messages (engine/core_messages.py), as
+msgpack bytes: ``submit(EngineCoreRequest)``, ``finish(EngineCoreFinish)``,
+and ``poll() -> [EngineCoreOutputs]``. Tokens go back batched per step, not
+per token per request: the frontend keeps one ``poll`` call outstanding per
+worker, and each answer carries every step the worker ran since the last one
+(a long poll). So one Ray round trip serves a whole batch of requests'
+tokens, and the per-token cost of the hop stays small.
+
+Inside, the core's step loop runs on its own thread (torch releases the GIL
+in its kernels); the actor's asyncio loop only moves bytes. Only the loop
+thread touches the core. The worker subscribes to the core's KV events, so
+every step's outputs carry them for the router (a KV-aware router mirrors
+each worker's cache from them).
+
+The class is plain Python; ``cluster/launch.py`` wraps it with ``ray.remote``
+at placement time (CPUs, GPUs, restarts), so it can be tested without Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+
+import msgspec
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.core import EngineCore
+from tokenmill.engine.core_messages import (
+    EngineCoreOutput,
+    EngineCoreOutputs,
+    decode_finish,
+    decode_request,
+    encode,
+    failure_message,
+)
+
+log = logging.getLogger(__name__)
+
+
+class WorkerInfo(msgspec.Struct, frozen=True):
+    """What the frontend learns about a worker when it starts."""
+
+    worker_id: str
+    node_id: str
+    pid: int
+    model_name: str
+    max_model_len: int
+    vocab_size: int
+    block_size: int
+    tokenizer_source: str | None
+    """Where the frontend loads the tokenizer from (it tokenizes, the worker never does)."""
+
+
+class EngineWorker:
+    def __init__(self, worker_id: str, config_json: bytes):
+        """config_json: an EngineConfig as msgspec JSON (plain data, no pickle)."""
+        config = msgspec.json.decode(config_json, type=EngineConfig)
+        self.worker_id = worker_id
+        self.core = EngineCore(config)
+        self.core.subscribe_kv_events()
+        self.info = WorkerInfo(worker_id, _node_id(), os.getpid(), self.core.config.served_model_name,
+                               self.core.max_model_len, self.core.arch.vocab_size, self.core.config.block_size,
+                               self.core.tokenizer_source)
+        self._inbox: list[tuple[str, bytes]] = []  # ("submit" | "finish", message)
+        self._cv = threading.Condition()
+        self._stopped = False
+        self._outbox: list[bytes] = []  # encoded EngineCoreOutputs, oldest first
+        self._out_lock = threading.Lock()
+        self._wakeup: asyncio.Event | None = None  # set from the loop thread when the outbox fills
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._run, name=f"tokenmill-{worker_id}", daemon=True)
+        self._thread.start()
+
+    # ---- actor methods (the actor's event loop) -------------------------------------
+
+    def describe(self) -> bytes:
+        return msgspec.msgpack.encode(self.info)
+
+    async def submit(self, data: bytes) -> None:
+        decode_request(data)  # a malformed message fails the caller's call, not the loop
+        self._put("submit", data)
+
+    async def finish(self, data: bytes) -> None:
+        decode_finish(data)
+        self._put("finish", data)
+
+    async def poll(self, timeout_s: float = 1.0) -> list[bytes]:
+        """Every step's outputs since the last poll; waits up to ``timeout_s`` for one."""
+        if self._wakeup is None:
+            self._loop, self._wakeup = asyncio.get_running_loop(), asyncio.Event()
+        if not self._outbox:
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout_s)
+            except asyncio.TimeoutError:
+                pass
+        self._wakeup.clear()
+        with self._out_lock:
+            batch, self._outbox = self._outbox, []
+        return batch
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    # ---- the core's thread --------------------------------------------------------
+
+    def _put(self, kind: str, data: bytes) -> None:
+        with self._cv:
+            self._inbox.append((kind, data))
+            self._cv.notify()
+
+    def _run(self) -> None:
+        core = self.core
+        while True:
+            with self._cv:
+                while not self._stopped and not self._inbox and not core.has_unfinished_requests():
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                inbox, self._inbox = self._inbox, []
+            refused = [self._apply(kind, data) for kind, data in inbox]
+            refused = [out for out in refused if out is not None]
+            try:
+                outputs = core.step() if core.has_unfinished_requests() else None
+            except Exception:  # a model failure: end every request with an error, keep serving
+                log.exception("worker %s: engine step failed", self.worker_id)
+                outputs = self._fail_all()
+            if outputs is None:  # messages changed the load (a finish, a refusal): say so
+                outputs = EngineCoreOutputs([], core.stats())
+            if outputs is not None:
+                outputs.outputs[:0] = refused
+                self._publish(encode(outputs))
+
+    def _apply(self, kind: str, data: bytes) -> EngineCoreOutput | None:
+        """Apply one message; a request the core refuses comes back as an error output."""
+        if kind == "finish":
+            self.core.apply_finish(decode_finish(data))
+            return None
+        request = decode_request(data)
+        try:
+            self.core.add_request(request)
+        except Exception as exc:
+            log.warning("worker %s refused request %s: %s", self.worker_id, request.request_id, exc)
+            return EngineCoreOutput(request.request_id, [], "error", error=str(exc))
+        return None
+
+    def _fail_all(self) -> EngineCoreOutputs:
+        from tokenmill.engine.request import RequestStatus
+
+        ids = list(self.core.scheduler.requests)
+        self.core.finish_requests(ids, RequestStatus.FINISHED_ERROR)
+        error = failure_message("forward", "the worker's engine step raised")
+        return EngineCoreOutputs([EngineCoreOutput(rid, [], "error", error=error) for rid in ids], self.core.stats())
+
+    def _publish(self, data: bytes) -> None:
+        with self._out_lock:
+            self._outbox.append(data)
+        if self._loop is not None and self._wakeup is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._wakeup.set)
+            except RuntimeError:  # the actor's loop is closing
+                pass
+
+
+def _node_id() -> str:
+    """The Ray node this worker runs on ('local' outside Ray)."""
+    try:
+        import ray
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    except ImportError:
+        return "local"

@@ -1,0 +1,93 @@
+"""Two engine workers on Ray behind one ClusterEngine (one Ray instance for the module)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+from tokenmill.sampling_params import SamplingParams
+
+ray = pytest.importorskip("ray")
+
+# Deterministic mode: a request's tokens do not depend on which other requests
+# share its steps, so two workers must answer exactly like one engine.
+CONFIG = EngineConfig(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu", num_kv_blocks=64,
+                      max_model_len=256, max_num_batched_tokens=64, deterministic=load_cpu_kernels() is not None,
+                      num_threads=1)
+PREFIX = list(range(100, 164))  # 4 full blocks shared by the routing test's requests
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from tokenmill.cluster.client import ClusterEngine
+    from tokenmill.cluster.launch import launch_workers, start_ray
+    from tokenmill.cluster.router import Router, RouterConfig
+
+    started = start_ray(None, num_cpus=4)
+    engine = ClusterEngine(launch_workers(CONFIG, 2, num_cpus=1, num_gpus=0, scheduling_strategy=None),
+                           Router(RouterConfig(policy="kv", block_size=CONFIG.block_size)), started_ray=started)
+    yield engine
+    engine.shutdown()
+
+
+async def collect(engine, prompt, params, request_id=None):
+    tokens, final = [], None
+    async for out in engine.generate(prompt, params, request_id):
+        tokens += out.new_token_ids
+        final = out
+    return tokens, final
+
+
+def test_two_workers_answer_like_one_engine(cluster):
+    prompts = [[5, 6, 7, 8, 9], list(range(20, 60)), [300, 301, 302], list(range(200, 290))]
+    params = [SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True),
+              SamplingParams(max_tokens=10, temperature=0.9, seed=3, ignore_eos=True),
+              SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, logprobs=2),
+              SamplingParams(max_tokens=9, temperature=1.2, top_k=30, seed=11, ignore_eos=True)]
+    expected = LLMEngine(CONFIG).generate(prompts, params)
+
+    async def run():
+        return await asyncio.gather(*(collect(cluster, p, sp) for p, sp in zip(prompts, params)))
+
+    results = asyncio.run(run())
+    for (tokens, final), want in zip(results, expected):
+        assert tokens == want.token_ids
+        assert final.finished and final.finish_reason == "length" and final.num_output_tokens == len(want.token_ids)
+    used = {w: cluster.router.metrics.decisions[("kv", w)] for w in cluster.workers}
+    assert sum(used.values()) >= 4
+
+
+def test_kv_router_sends_a_shared_prefix_to_the_worker_that_holds_it(cluster):
+    params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        await collect(cluster, PREFIX + [1], params, "first")
+        # The first request's KV events reached the router with its last step.
+        return [await collect(cluster, PREFIX + [2 + i], params, f"next-{i}") for i in range(4)]
+
+    before = dict(cluster.router.metrics.decisions)
+    asyncio.run(run())
+    after = cluster.router.metrics.decisions
+    chosen = [w for w in cluster.workers if after[("kv", w)] > before.get(("kv", w), 0)]
+    assert len(chosen) == 1  # all five went where the prefix is cached
+    assert cluster.router.metrics.last_overlap_blocks == 4
+    assert cluster.stats().prefix_cache_hits >= 4 * 64
+
+
+def test_a_client_that_leaves_frees_its_blocks_on_the_worker(cluster):
+    async def run():
+        agen = cluster.generate(list(range(30, 90)), SamplingParams(max_tokens=200, ignore_eos=True))
+        await agen.__anext__()
+        await agen.aclose()  # the client goes away mid-stream
+        for _ in range(100):  # the worker applies the finish message at its next step
+            await asyncio.sleep(0.05)
+            if cluster.stats().kv_blocks_used == 0 and cluster.stats().num_running == 0:
+                return True
+        return False
+
+    assert asyncio.run(run())
+    assert cluster.stats().aborted_requests.get("client_disconnect", 0) >= 1
