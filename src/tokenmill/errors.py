@@ -13,3 +13,7 @@ class RequestError(ValueError):
 
 class QueueFullError(RuntimeError):
     """The engine's waiting queue is at ``max_waiting_requests``."""
+
+
+class EngineUnavailableError(RuntimeError):
+    """No engine can take the request now (every cluster worker is down)."""

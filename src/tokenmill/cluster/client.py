@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from tokenmill.cluster.router.types import WorkerLoad
+from tokenmill.cluster.router.types import NoWorkerAvailable, WorkerLoad
 from tokenmill.cluster.worker import WorkerInfo
 from tokenmill.engine.async_engine import OutputStream
 from tokenmill.engine.client import EngineStats
@@ -30,7 +30,7 @@ from tokenmill.engine.core_messages import EngineCoreFinish, EngineCoreOutputs, 
 from tokenmill.engine.input_processor import InputProcessor
 from tokenmill.engine.output_processor import OutputProcessor
 from tokenmill.engine.request import RequestStatus
-from tokenmill.errors import QueueFullError, RequestError
+from tokenmill.errors import EngineUnavailableError, QueueFullError, RequestError
 from tokenmill.outputs import RequestOutput
 from tokenmill.sampling_params import SamplingParams
 
@@ -48,6 +48,8 @@ class WorkerHandle:
     """The Ray actor handle (EngineWorker)."""
     stats: EngineStats | None = None
     """Its load after its latest step."""
+    alive: bool = True
+    """False from a failed poll until Ray has restarted it and it answers again."""
 
 
 class ClusterEngine:
@@ -93,8 +95,11 @@ class ClusterEngine:
         rid = request.request_id
         if self.max_waiting_requests is not None and self._num_waiting() >= self.max_waiting_requests:
             raise QueueFullError(f"the waiting queue is full ({self.max_waiting_requests} requests)")
-        with self._router_lock:
-            decision = self.router.route(request.prompt_token_ids, session=params.extra.get("user"))
+        try:
+            with self._router_lock:
+                decision = self.router.route(request.prompt_token_ids, session=params.extra.get("user"))
+        except NoWorkerAvailable as exc:
+            raise EngineUnavailableError(str(exc)) from exc
         stream = OutputStream(asyncio.get_running_loop())
         with self._lock:
             if rid in self._streams:
@@ -160,18 +165,62 @@ class ClusterEngine:
     def _poll(self, worker_id: str) -> None:
         import ray
 
-        actor = self.workers[worker_id].actor
+        handle = self.workers[worker_id]
         while not self._stopped.is_set():
             try:
-                batch = ray.get(actor.poll.remote(POLL_TIMEOUT_S))
-            except Exception:
+                batch = ray.get(handle.actor.poll.remote(POLL_TIMEOUT_S))
+            except Exception as exc:
                 if self._stopped.is_set():
                     return
-                log.exception("polling %s failed", worker_id)
+                if handle.alive:
+                    self._worker_died(worker_id, exc)
                 self._stopped.wait(POLL_TIMEOUT_S)
                 continue
+            if not handle.alive:
+                self._worker_back(worker_id)
             for data in batch:
                 self._on_outputs(worker_id, decode_outputs(data))
+
+    def _worker_died(self, worker_id: str, exc: Exception) -> None:
+        """Take it out of routing at once and end its in-flight requests with an
+        error (nothing is lost silently; no client waits forever)."""
+        log.error("worker %s is down (%s: %s); routing around it", worker_id, type(exc).__name__, exc)
+        self.workers[worker_id].alive = False
+        with self._router_lock:
+            self.router.mark_dead(worker_id)
+        error = f"the engine worker serving this request died ({type(exc).__name__})"
+        with self._lock:
+            ids = [rid for rid, w in self._route.items() if w == worker_id]
+            ended = [(self._streams.pop(rid, None), self.output_processor.fail(rid, error)) for rid in ids]
+            for rid in ids:
+                del self._route[rid]
+        for stream, out in ended:
+            if stream is not None and out is not None:
+                stream.put(out)
+
+    def _worker_back(self, worker_id: str) -> None:
+        """Ray restarted it: a fresh engine (empty cache), routable again."""
+        import ray
+
+        handle = self.workers[worker_id]
+        handle.info = msgspec.msgpack.decode(ray.get(handle.actor.describe.remote()), type=WorkerInfo)
+        handle.alive, handle.stats = True, None
+        with self._router_lock:
+            self.router.mark_alive(worker_id)
+        log.warning("worker %s is back (pid %d)", worker_id, handle.info.pid)
+
+    def describe_workers(self) -> list[dict]:
+        """For GET /v1/workers: id, node, pid, alive, role, load, KV usage."""
+        out = []
+        for worker_id, h in self.workers.items():
+            s = h.stats
+            out.append({"id": worker_id, "node": h.info.node_id, "pid": h.info.pid, "alive": h.alive,
+                        "role": "aggregated",
+                        "load": {"running": s.num_running, "waiting": s.num_waiting} if s else None,
+                        "kv_blocks_used": s.kv_blocks_used if s else None,
+                        "kv_blocks_total": s.kv_blocks_total if s else None,
+                        "kv_usage": s.kv_usage if s else None})
+        return out
 
     def _on_outputs(self, worker_id: str, step: EngineCoreOutputs) -> None:
         self.workers[worker_id].stats = step.stats

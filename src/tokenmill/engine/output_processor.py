@@ -156,6 +156,11 @@ class OutputProcessor:
             log.exception("output processing failed for aborted request %s", request_id)
             return state.failed(failure_message("output", f"{type(exc).__name__}: {exc}")), False
 
+    def fail(self, request_id: str, error: str) -> RequestOutput | None:
+        """End a request here with an error (its engine is gone); None if unknown."""
+        state = self.states.pop(request_id, None)
+        return state.failed(error) if state is not None else None
+
 
 def _first_stop(text: str, stops: tuple[str, ...]) -> tuple[int, str] | None:
     best = None

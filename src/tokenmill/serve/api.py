@@ -6,6 +6,9 @@ and tokenize (state.py) -> engine.generate -> JSON or SSE (generation.py).
 
 from __future__ import annotations
 
+import os
+import socket
+
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -49,9 +52,29 @@ async def models(request: Request) -> JSONResponse:
     return JSONResponse(ModelList(data=[card]).model_dump(mode="json"))
 
 
+@v1.get("/workers")
+async def workers(request: Request) -> JSONResponse:
+    """The engine workers behind this server (one, in-process, without --workers)."""
+    s = _state(request)
+    return JSONResponse({"object": "list", "data": describe_workers(s.engine)})
+
+
 @public.get("/health")
-async def health() -> JSONResponse:
+async def health(request: Request) -> JSONResponse:
+    """503 when no engine worker is alive (a cluster whose workers are all down)."""
+    if not any(w["alive"] for w in describe_workers(_state(request).engine)):
+        return JSONResponse({"status": "unavailable", "reason": "no engine worker is alive"}, status_code=503)
     return JSONResponse({"status": "ok"})
+
+
+def describe_workers(engine) -> list[dict]:
+    describe = getattr(engine, "describe_workers", None)  # a ClusterEngine
+    if describe is not None:
+        return describe()
+    s = engine.stats()
+    return [{"id": "in-process", "node": socket.gethostname(), "pid": os.getpid(), "alive": True,
+             "role": "aggregated", "load": {"running": s.num_running, "waiting": s.num_waiting},
+             "kv_blocks_used": s.kv_blocks_used, "kv_blocks_total": s.kv_blocks_total, "kv_usage": s.kv_usage}]
 
 
 @public.get("/metrics")

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tokenmill.errors import QueueFullError, RequestError
+from tokenmill.errors import EngineUnavailableError, QueueFullError, RequestError
 from tokenmill.serve.protocol import param_from_loc
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,11 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_queue_full(_: Request, exc: QueueFullError):
         return error_response(queue_full(exc))
 
+    async def on_unavailable(_: Request, exc: EngineUnavailableError):
+        return error_response(ApiError(503, f"the engine is unavailable: {exc}; retry later",
+                                       code="engine_unavailable",
+                                       headers={"Retry-After": str(RETRY_AFTER_SECONDS)}))
+
     async def on_validation(_: Request, exc: RequestValidationError | ValidationError):
         return error_response(from_validation_errors(list(exc.errors())))
 
@@ -107,6 +112,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestError, on_request_error)
     app.add_exception_handler(QueueFullError, on_queue_full)
+    app.add_exception_handler(EngineUnavailableError, on_unavailable)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(ValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
