@@ -91,6 +91,8 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--worker-num-cpus", type=float, default=1.0,
                    help="CPUs per worker (Ray placement; also its torch threads unless --num-threads)")
     g.add_argument("--worker-num-gpus", type=float, default=0.0, help="GPUs per worker (Ray placement)")
+    g.add_argument("--migration-limit", type=int, default=3,
+                   help="times a request may move to a live worker when its worker dies (0: it fails instead)")
 
 
 def cluster_options_from_args(args: argparse.Namespace):
@@ -98,7 +100,8 @@ def cluster_options_from_args(args: argparse.Namespace):
 
     return ClusterOptions(workers=args.workers, router=args.router, router_overlap_weight=args.router_overlap_weight,
                           router_temperature=args.router_temperature, ray_address=args.ray_address,
-                          worker_num_cpus=args.worker_num_cpus, worker_num_gpus=args.worker_num_gpus)
+                          worker_num_cpus=args.worker_num_cpus, worker_num_gpus=args.worker_num_gpus,
+                          migration_limit=args.migration_limit)
 
 
 def add_generate_args(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgspec
 
@@ -26,7 +26,14 @@ from tokenmill.cluster.router.types import NoWorkerAvailable, WorkerLoad
 from tokenmill.cluster.worker import WorkerInfo
 from tokenmill.engine.async_engine import OutputStream
 from tokenmill.engine.client import EngineStats
-from tokenmill.engine.core_messages import EngineCoreFinish, EngineCoreOutputs, decode_outputs, encode
+from tokenmill.engine.core_messages import (
+    EngineCoreFinish,
+    EngineCoreOutputs,
+    EngineCoreRequest,
+    ResumeState,
+    decode_outputs,
+    encode,
+)
 from tokenmill.engine.input_processor import InputProcessor
 from tokenmill.engine.output_processor import OutputProcessor
 from tokenmill.engine.request import RequestStatus
@@ -54,9 +61,11 @@ class WorkerHandle:
 
 class ClusterEngine:
     def __init__(self, actors: list, router, tokenizer_source: str | None = None,
-                 max_waiting_requests: int | None = None, started_ray: bool = False):
+                 max_waiting_requests: int | None = None, started_ray: bool = False, migration_limit: int = 3):
         """actors: EngineWorker actor handles (cluster/launch.py); router: a
-        cluster.router.Router; tokenizer_source: overrides the workers' own."""
+        cluster.router.Router; tokenizer_source: overrides the workers' own;
+        migration_limit: moves per request to a live worker when its worker
+        dies (0: fail it instead)."""
         import ray
 
         described = ray.get([a.describe.remote() for a in actors])
@@ -80,6 +89,9 @@ class ClusterEngine:
         self._lock = threading.Lock()  # output processor, streams, routes
         self._streams: dict[str, OutputStream] = {}
         self._route: dict[str, str] = {}  # request id -> worker id
+        self._inflight: dict[str, _InFlight] = {}  # request id -> what a migration re-sends
+        self.migration_limit = migration_limit
+        self.num_migrations = 0
         self._output_failures = 0
         self._stopped = threading.Event()
         self._pollers = [threading.Thread(target=self._poll, args=(w,), name=f"poll-{w}", daemon=True)
@@ -106,6 +118,7 @@ class ClusterEngine:
                 raise RequestError("request_id", f"duplicate request id {rid!r}")
             self.output_processor.add(request)
             self._streams[rid], self._route[rid] = stream, decision.worker_id
+            self._inflight[rid] = _InFlight(request)
         finished = False
         try:
             await self.workers[decision.worker_id].actor.submit.remote(encode(request))
@@ -182,21 +195,56 @@ class ClusterEngine:
                 self._on_outputs(worker_id, decode_outputs(data))
 
     def _worker_died(self, worker_id: str, exc: Exception) -> None:
-        """Take it out of routing at once and end its in-flight requests with an
-        error (nothing is lost silently; no client waits forever)."""
+        """Take it out of routing at once; move each of its in-flight requests to
+        a live worker (``migration_limit`` times at most), else end it with an
+        error. Nothing is lost silently and no client waits forever."""
         log.error("worker %s is down (%s: %s); routing around it", worker_id, type(exc).__name__, exc)
         self.workers[worker_id].alive = False
         with self._router_lock:
             self.router.mark_dead(worker_id)
-        error = f"the engine worker serving this request died ({type(exc).__name__})"
         with self._lock:
             ids = [rid for rid, w in self._route.items() if w == worker_id]
-            ended = [(self._streams.pop(rid, None), self.output_processor.fail(rid, error)) for rid in ids]
-            for rid in ids:
-                del self._route[rid]
-        for stream, out in ended:
-            if stream is not None and out is not None:
-                stream.put(out)
+        for rid in ids:
+            if not self._migrate(rid):
+                self._fail(rid, f"the engine worker serving this request died ({type(exc).__name__})")
+
+    def _migrate(self, request_id: str) -> bool:
+        """Re-send a request as a continuation: its prompt plus the tokens its
+        client already has (core_messages.ResumeState). The new worker computes
+        their KV and samples the next position; seeded sampling is counter-based,
+        so the stream continues as if nothing happened, no token lost or repeated."""
+        with self._lock:
+            flight = self._inflight.get(request_id)
+            if flight is None or flight.migrations >= self.migration_limit:
+                return False
+            request = flight.continuation()
+            flight.migrations += 1
+        try:
+            with self._router_lock:
+                decision = self.router.route(list(request.prompt_token_ids) + request.resume.output_token_ids)
+            import ray
+            ray.get(self.workers[decision.worker_id].actor.submit.remote(encode(request)), timeout=30)
+        except Exception as exc:  # no live worker, or it failed too: the request ends with an error
+            log.error("migrating request %s failed: %s", request_id, exc)
+            return False
+        with self._lock:
+            if request_id not in self._inflight:  # finished or aborted meanwhile: take it back
+                self._send_finish(decision.worker_id, [request_id], RequestStatus.FINISHED_ABORTED, "abort")
+                return True
+            self._route[request_id] = decision.worker_id
+            self.num_migrations += 1
+        log.warning("request %s moved to %s after %d tokens", request_id, decision.worker_id,
+                    len(request.resume.output_token_ids))
+        return True
+
+    def _fail(self, request_id: str, error: str) -> None:
+        with self._lock:
+            stream = self._streams.pop(request_id, None)
+            out = self.output_processor.fail(request_id, error)
+            self._route.pop(request_id, None)
+            self._inflight.pop(request_id, None)
+        if stream is not None and out is not None:
+            stream.put(out)
 
     def _worker_back(self, worker_id: str) -> None:
         """Ray restarted it: a fresh engine (empty cache), routable again."""
@@ -219,7 +267,8 @@ class ClusterEngine:
                         "load": {"running": s.num_running, "waiting": s.num_waiting} if s else None,
                         "kv_blocks_used": s.kv_blocks_used if s else None,
                         "kv_blocks_total": s.kv_blocks_total if s else None,
-                        "kv_usage": s.kv_usage if s else None})
+                        "kv_usage": s.kv_usage if s else None,
+                        "prefix_cache_hit_rate": s.prefix_hit_rate if s else None})
         return out
 
     def _on_outputs(self, worker_id: str, step: EngineCoreOutputs) -> None:
@@ -236,6 +285,9 @@ class ClusterEngine:
                 stream = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
                 if out.finished:
                     self._route.pop(out.request_id, None)
+                    self._inflight.pop(out.request_id, None)
+                elif out.request_id in self._inflight:
+                    self._inflight[out.request_id].sent += out.new_token_ids
                 streams.append((stream, out))
         for request_id, status in done.finish:
             self._send_finish(worker_id, [request_id], status, None)
@@ -251,6 +303,7 @@ class ClusterEngine:
             self._output_failures += not ok
             stream = self._streams.pop(request_id, None)
             worker_id = self._route.pop(request_id, None)
+            self._inflight.pop(request_id, None)
         if worker_id is not None:
             self._send_finish(worker_id, [request_id], status, cause)
         if stream is not None and out is not None:
@@ -261,6 +314,20 @@ class ClusterEngine:
 
     def _num_waiting(self) -> int:
         return sum(h.stats.num_waiting for h in self.workers.values() if h.stats is not None)
+
+
+@dataclass
+class _InFlight:
+    """What the frontend keeps of a request to move it to another worker."""
+
+    request: EngineCoreRequest
+    sent: list[int] = field(default_factory=list)
+    """Tokens its client has received (since the request's own resume point, if any)."""
+    migrations: int = 0
+
+    def continuation(self) -> EngineCoreRequest:
+        earlier = self.request.resume.output_token_ids if self.request.resume is not None else []
+        return msgspec.structs.replace(self.request, resume=ResumeState(list(earlier) + self.sent))
 
 
 def _load_tokenizer(source: str | None):

@@ -36,12 +36,16 @@ class ClusterOptions:
     """CPUs each worker asks Ray for (and its torch threads, unless --num-threads)."""
     worker_num_gpus: float = 0.0
     """GPUs each worker asks Ray for."""
+    migration_limit: int = 3
+    """Times a request may move to a live worker when its worker dies (0: it fails with an error)."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers: must be at least 1, got {self.workers}")
         if self.worker_num_cpus <= 0 or self.worker_num_gpus < 0:
             raise ValueError("worker_num_cpus: must be positive (and worker_num_gpus >= 0)")
+        if self.migration_limit < 0:
+            raise ValueError(f"migration_limit: must be >= 0, got {self.migration_limit}")
 
 
 def start_cluster(config: EngineConfig, options: ClusterOptions):
@@ -56,7 +60,8 @@ def start_cluster(config: EngineConfig, options: ClusterOptions):
     started = start_ray(options.ray_address)
     try:
         actors = launch_workers(config, options.workers, options.worker_num_cpus, options.worker_num_gpus)
-        return ClusterEngine(actors, router, config.tokenizer, config.max_waiting_requests, started_ray=started)
+        return ClusterEngine(actors, router, config.tokenizer, config.max_waiting_requests, started_ray=started,
+                             migration_limit=options.migration_limit)
     except BaseException:
         if started:
             import ray

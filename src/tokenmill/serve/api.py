@@ -74,7 +74,8 @@ def describe_workers(engine) -> list[dict]:
     s = engine.stats()
     return [{"id": "in-process", "node": socket.gethostname(), "pid": os.getpid(), "alive": True,
              "role": "aggregated", "load": {"running": s.num_running, "waiting": s.num_waiting},
-             "kv_blocks_used": s.kv_blocks_used, "kv_blocks_total": s.kv_blocks_total, "kv_usage": s.kv_usage}]
+             "kv_blocks_used": s.kv_blocks_used, "kv_blocks_total": s.kv_blocks_total, "kv_usage": s.kv_usage,
+             "prefix_cache_hit_rate": s.prefix_hit_rate}]
 
 
 @public.get("/metrics")

@@ -62,6 +62,37 @@ class EngineStatsCollector:
         for reason in ABORT_REASONS:
             aborted.add_metric([reason], s.aborted_requests.get(reason, 0))
         yield aborted
+        yield from cluster_metrics(self.engine)
+
+
+def cluster_metrics(engine):
+    """A ClusterEngine's router decisions, overlaps, migrations and per-worker load."""
+    router = getattr(engine, "router", None)
+    if router is None:
+        return
+    decisions = CounterMetricFamily("tokenmill:router_decisions", "Requests routed, by policy and worker.",
+                                    labels=["policy", "worker"])
+    for (policy, worker), n in sorted(router.metrics.decisions.items(), key=str):
+        decisions.add_metric([policy, str(worker)], n)
+    yield decisions
+    yield GaugeMetricFamily("tokenmill:router_overlap_blocks",
+                            "Prompt blocks already cached on the chosen worker, latest decision.",
+                            value=router.metrics.last_overlap_blocks)
+    yield CounterMetricFamily("tokenmill:migrations", "Requests moved to a live worker after theirs died.",
+                              value=engine.num_migrations)
+    per_worker = [("worker_alive", "1 if the worker answers, else 0.", lambda w: float(w["alive"])),
+                  ("worker_kv_cache_usage_perc", "Fraction of the worker's KV blocks in use (0-1).",
+                   lambda w: w["kv_usage"] or 0.0),
+                  ("worker_num_requests_running", "Requests in the worker's running batch.",
+                   lambda w: (w["load"] or {}).get("running", 0)),
+                  ("worker_prefix_cache_hit_rate", "The worker's prefix-cache hit rate.",
+                   lambda w: w["prefix_cache_hit_rate"] or 0.0)]
+    workers = engine.describe_workers()
+    for name, doc, value in per_worker:
+        family = GaugeMetricFamily(f"tokenmill:{name}", doc, labels=["worker"])
+        for w in workers:
+            family.add_metric([w["id"]], value(w))
+        yield family
 
 
 class ServerMetrics:
