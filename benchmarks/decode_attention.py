@@ -3,7 +3,8 @@
     python -m benchmarks.decode_attention --threads 2
     python -m benchmarks.decode_attention --head-dim 128 --heads 32 --kv-heads 8
 
-Random K/V in a paged cache (shuffled blocks), SmolLM2's head layout by
+Random K/V in a paged cache (shuffled blocks, the engine's layout: K and V
+views of one [num_blocks, 2, Hkv, block_size, D] tensor), SmolLM2's head layout by
 default (9 query heads, 3 KV heads, head_dim 64), context lengths uniform in
 [max_len/2, max_len). Prints the median of 15 calls per path and their ratio,
 and the largest difference between the two outputs.
@@ -18,7 +19,7 @@ import time
 
 import torch
 
-from tokenmill.kernels.attention import _decode_attention
+from tokenmill.kernels.attention import build_torch_metadata
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 
 
@@ -56,14 +57,15 @@ def main(argv=None) -> None:
             lens = torch.randint(max_len // 2, max_len, (batch,), generator=gen)
             nb = -(-int(lens.max()) // bs)
             num_blocks = batch * nb + 8
-            kc = torch.randn(hkv, num_blocks * bs, d, generator=gen).to(dtype)
-            vc = torch.randn(hkv, num_blocks * bs, d, generator=gen).to(dtype)
+            layer = torch.randn(num_blocks, 2, hkv, bs, d, generator=gen).to(dtype)  # model/kv_cache_spec.py
+            kc, vc = layer[:, 0], layer[:, 1]
             tables = torch.randperm(num_blocks, generator=gen)[:batch * nb].view(batch, nb)
             q = torch.randn(batch, hq, d, generator=gen).to(dtype)
-            span = nb * bs
-            bias = torch.zeros(batch, span).masked_fill_(torch.arange(span)[None] >= lens[:, None], float("-inf"))
+            # Built once and reused, as the engine reuses a step's metadata (and its
+            # gather indices) across layers.
+            meta = build_torch_metadata(tables, (lens - 1).tolist(), [], torch.zeros(batch, dtype=torch.long), bs)
 
-            torch_path = functools.partial(_decode_attention, q, kc, vc, tables, bias, bs, scale)
+            torch_path = functools.partial(meta.attend, q, None, None, kc, vc, scale)
             cpp_path = functools.partial(kernel, q, kc, vc, tables, lens, bs, scale)
             diff = (torch_path().float() - cpp_path().float()).abs().max().item()
             a, b = median_ms(torch_path), median_ms(cpp_path)

@@ -25,27 +25,30 @@ def kernel():
 
 
 def reference(q, k_cache, v_cache, tables, lens, block_size, scale):
-    """Plain float64 attention, one sequence and one query head at a time."""
+    """Plain float64 attention, one sequence and one query head at a time.
+    Caches: [num_blocks, Hkv, block_size, D] (one part of a layer's cache each)."""
     b, hq, d = q.shape
-    g = hq // k_cache.shape[0]
+    g = hq // k_cache.shape[1]
     out = torch.empty(b, hq, d, dtype=torch.float64)
     for i in range(b):
         pos = torch.arange(int(lens[i]))
-        slots = tables[i][pos // block_size] * block_size + pos % block_size
+        blocks, offsets = tables[i][pos // block_size], pos % block_size
         for h in range(hq):
-            k = k_cache[h // g, slots].double()  # [L, D]
-            v = v_cache[h // g, slots].double()
+            k = k_cache[blocks, h // g, offsets].double()  # [L, D]
+            v = v_cache[blocks, h // g, offsets].double()
             p = torch.softmax(k @ q[i, h].double() * scale, dim=0)
             out[i, h] = p @ v
     return out
 
 
 def random_case(batch, hq, hkv, d, block_size, lens, dtype, seed=0):
+    """Caches are the K and V views of one layer's [num_blocks, 2, Hkv, block_size, D]
+    tensor (model/kv_cache_spec.py), so strided across blocks as in the engine."""
     gen = torch.Generator().manual_seed(seed)
     max_blocks = max(-(-n // block_size) for n in lens)
     num_blocks = batch * max_blocks + 3
-    k_cache = torch.randn(hkv, num_blocks * block_size, d, generator=gen).to(dtype)
-    v_cache = torch.randn(hkv, num_blocks * block_size, d, generator=gen).to(dtype)
+    layer = torch.randn(num_blocks, 2, hkv, block_size, d, generator=gen).to(dtype)
+    k_cache, v_cache = layer[:, 0], layer[:, 1]
     # Each sequence owns distinct, shuffled blocks; padding entries point at block 0.
     order = torch.randperm(num_blocks, generator=gen)
     tables = torch.zeros(batch, max_blocks, dtype=torch.long)
@@ -95,9 +98,25 @@ def test_rejects_mismatched_inputs(kernel):
     with pytest.raises(RuntimeError, match="context length out of range"):  # longer than its table
         kernel(q, kc, vc, tables, torch.tensor([5, tables.shape[1] * 16 + 1]), 16, 0.125)
     bad = tables.clone()
-    bad[0, 0] = kc.shape[1] // 16  # one past the last block
+    bad[0, 0] = kc.shape[0]  # one past the last block
     with pytest.raises(RuntimeError, match="block id out of range"):
         kernel(q, kc, vc, bad, ctx, 16, 0.125)
+    with pytest.raises(RuntimeError, match="blocks of block_size slots"):
+        kernel(q, kc, vc, tables, ctx, 8, 0.125)
+    with pytest.raises(RuntimeError, match="match in shape and strides"):
+        kernel(q, kc, vc.contiguous(), tables, ctx, 16, 0.125)
+    with pytest.raises(RuntimeError, match="run must be contiguous"):  # rows interleaved across heads
+        kernel(q, kc.transpose(1, 2).contiguous().transpose(1, 2), vc.transpose(1, 2).contiguous().transpose(1, 2),
+               tables, ctx, 16, 0.125)
+
+
+def test_one_shared_part_reads_like_two_equal_ones(kernel):
+    """A latent cache: one part per layer, passed as both K and V."""
+    q, kc, _, tables, ctx = random_case(3, 4, 1, 64, 16, [30, 1, 47], torch.float32)
+    latent = torch.randn(kc.shape[0], 1, 1, 16, 64)[:, 0]  # [num_blocks, 1, 16, 64], a one-part layer
+    out = kernel(q, latent, latent, tables, ctx, 16, 0.125)
+    torch.testing.assert_close(out.double(), reference(q, latent, latent, tables, ctx, 16, 0.125),
+                               atol=2e-5, rtol=2e-5)
 
 
 def test_backend_resolution():

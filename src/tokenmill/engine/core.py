@@ -111,7 +111,8 @@ class EngineCore:
     def _resolve_limits(self, config: EngineConfig, name: str) -> EngineConfig:
         """Fill in KV block count and max_model_len; every request that passes
         admission checks then fits in the cache on its own."""
-        bytes_per_token = self.arch.kv_bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        # What one token costs in the cache, per the model (K and V heads; MLA: one latent).
+        bytes_per_token = self.model.kv_cache_spec().bytes_per_token(torch.finfo(self.dtype).bits // 8)
         blocks = config.num_kv_blocks or max(
             1, kv_cache_bytes(config.kv_cache_memory_gib, self.device) // (bytes_per_token * config.block_size))
         capacity = blocks * config.block_size

@@ -1,8 +1,10 @@
 """Turns a SchedulerOutput into model inputs, runs the forward pass and returns
 the logits of the requests that sample this step.
 
-Owns the KV cache tensors: per layer a (k, v) pair of [num_kv_heads,
-num_blocks * block_size, head_dim] slot arrays (slot = block * block_size + offset).
+Owns the KV cache tensors: per layer one [num_blocks, num_parts, num_heads,
+block_size, head_dim] tensor, shaped by the model's ``kv_cache_spec()``
+(model/kv_cache_spec.py; slot = block * block_size + offset). How a layer's
+tensor splits into parts (K and V, or one latent) is the model's business.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from tokenmill.kernels.attention import (
     AttentionMetadata,
     build_cpp_metadata,
     build_torch_metadata,
-    new_kv_cache,
 )
-from tokenmill.model.llama import LlamaForCausalLM
+from tokenmill.model.kv_cache_spec import allocate_kv_caches
+from tokenmill.model.protocol import CausalLM
 
 
 @dataclass
@@ -49,20 +51,16 @@ class ForwardResult:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, num_blocks: int, block_size: int,
+    def __init__(self, model: CausalLM, num_blocks: int, block_size: int,
                  device: torch.device, dtype: torch.dtype, decode_kernel: Callable | None = None):
         """decode_kernel: the C++ paged decode attention (CPU), or None for plain torch."""
         self.model = model
         self.decode_kernel = decode_kernel
         self.device = device
         self.block_size = block_size
-        arch = model.arch
-        slots = num_blocks * block_size
-        self.kv_caches = [
-            (new_kv_cache(slots, arch.num_kv_heads, arch.head_dim, device, dtype),
-             new_kv_cache(slots, arch.num_kv_heads, arch.head_dim, device, dtype))
-            for _ in range(arch.num_layers)
-        ]
+        self.kv_cache_spec = model.kv_cache_spec()
+        self.kv_caches = allocate_kv_caches(self.kv_cache_spec, num_blocks, block_size, device, dtype)
+        """One tensor per layer: [num_blocks, num_parts, num_heads, block_size, head_dim]."""
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> ForwardResult:

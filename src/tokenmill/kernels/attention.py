@@ -1,11 +1,14 @@
 """Reference paged attention in plain torch (CPU and CUDA).
 
-The KV cache of one layer is a pair of head-major slot arrays
-[num_kv_heads, num_slots, head_dim], slot = block_id * block_size + offset.
-Head-major because every read is "these slots, for every head": gathering a
-sequence's blocks then yields [Hkv, L, D] rows that batched matmuls take
-without a copy. Each step writes the new tokens' K/V at their slots, then every
-sequence attends over its own slots, gathered through its block table.
+The KV cache of one layer is one tensor [num_blocks, num_parts, Hkv, block_size,
+D] (model/kv_cache_spec.py): one block of one layer is one contiguous chunk, so
+blocks copy cheaply between workers. Attention takes one part at a time (K, V,
+or a latent used as both), a view [num_blocks, Hkv, block_size, D] that is
+strided across blocks; slot = block * block_size + offset. Inside a block each
+head's [block_size, D] rows are contiguous, and every gather here is one
+index_select over a contiguous view of those runs (see ``_block_rows``). Each
+step writes the new tokens' K/V at their slots, then every sequence attends
+over its own slots, gathered through its block table.
 
 Token order in a step (set by the runner): all single-token decodes first, then
 each prefill chunk as a contiguous run.
@@ -19,12 +22,14 @@ builder once, and ``paged_attention`` runs whichever the metadata belongs to:
 - ``TorchAttentionMetadata``: decodes in one batched call that gathers their
   blocks into a padded [Hkv, B, span, D] copy first; each prefill chunk in its
   own SDPA call.
+
+Caches below are always one part's view, [num_blocks, Hkv, block_size, D].
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +54,10 @@ class TorchAttentionMetadata:
 
     slot_mapping: torch.Tensor
     """[num_tokens] long: cache slot each new token's K/V is written to."""
+    slot_blocks: torch.Tensor
+    """[num_tokens] long: slot_mapping // block_size."""
+    slot_offsets: torch.Tensor
+    """[num_tokens] long: slot_mapping % block_size."""
     num_decodes: int
     """Rows [0, num_decodes) are one-token decodes; prefill chunks follow."""
     decode_blocks: torch.Tensor | None
@@ -60,25 +69,56 @@ class TorchAttentionMetadata:
     -inf past it (added to the scores before the softmax)."""
     prefills: list[PrefillChunk]
     block_size: int
+    row_indices: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
+    """Gather indices into the caches' rows (``_block_rows``), keyed by what
+    they gather and the caches' strides. They depend on nothing else, and every
+    layer and part of a step shares those strides: the first layer builds them,
+    the others reuse them (one index_select per gather, as with a contiguous cache)."""
 
     def attend(self, q, k, v, k_cache, v_cache, scale: float) -> torch.Tensor:
         """q: [T, Hq, D]; k, v: this step's [T, Hkv, D] (already in the caches) -> [T, Hq, D]."""
         n = self.num_decodes
         if not self.prefills:  # decode-only step: no output buffer to fill piecewise
-            return _decode_attention(q, k_cache, v_cache, self.decode_blocks, self.decode_bias, self.block_size, scale)
+            return self._decode(q, k_cache, v_cache, scale)
         out = torch.empty_like(q)
         if n:
-            out[:n] = _decode_attention(q[:n], k_cache, v_cache, self.decode_blocks, self.decode_bias,
-                                        self.block_size, scale)
-        for chunk in self.prefills:
+            out[:n] = self._decode(q[:n], k_cache, v_cache, scale)
+        for i, chunk in enumerate(self.prefills):
             s, e = chunk.start, chunk.end
             if chunk.context_slots is None:
                 out[s:e] = _grouped_attention(q[s:e], k[s:e].transpose(0, 1), v[s:e].transpose(0, 1), None, scale)
             else:
-                kc = k_cache.index_select(1, chunk.context_slots)  # [Hkv, L, D]
-                vc = v_cache.index_select(1, chunk.context_slots)
+                kc = self._gather_slots(k_cache, i)  # [Hkv, L, D]
+                vc = kc if v_cache is k_cache else self._gather_slots(v_cache, i)
                 out[s:e] = _grouped_attention(q[s:e], kc, vc, chunk.mask, scale)
         return out
+
+    def _decode(self, q, k_cache, v_cache, scale):
+        kc = self._gather_blocks(k_cache)  # [Hkv, Bd, span, D]
+        vc = kc if v_cache is k_cache else self._gather_blocks(v_cache)
+        return _decode_attention(q, kc, vc, self.decode_bias, scale)
+
+    def _gather_blocks(self, cache: torch.Tensor) -> torch.Tensor:
+        """One part's blocks of every decode -> [Hkv, Bd, max_blocks * block_size, D]."""
+        rows, sb, sh = _block_rows(cache)
+        hkv, bs, d = cache.shape[1:]
+        bd, nb = self.decode_blocks.shape
+        index = self._index(("decode", sb, sh, hkv), lambda: _block_index(self.decode_blocks, sb, sh, hkv))
+        return rows.index_select(0, index).view(hkv, bd, nb * bs, d)
+
+    def _gather_slots(self, cache: torch.Tensor, i: int) -> torch.Tensor:
+        """One part's rows of prefill chunk i's context -> [Hkv, context_len, D]."""
+        rows, sb, sh = _block_rows(cache)
+        hkv, bs, d = cache.shape[1:]
+        slots = self.prefills[i].context_slots
+        index = self._index(("chunk", i, sb, sh, hkv), lambda: _slot_index(slots, sb, sh, hkv, bs))
+        return rows.view(-1, d).index_select(0, index).view(hkv, len(slots), d)
+
+    def _index(self, key: tuple, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        index = self.row_indices.get(key)
+        if index is None:
+            index = self.row_indices[key] = build()
+        return index
 
 
 @dataclass
@@ -90,6 +130,10 @@ class CppAttentionMetadata:
 
     slot_mapping: torch.Tensor
     """[num_tokens] long: cache slot each new token's K/V is written to."""
+    slot_blocks: torch.Tensor
+    """[num_tokens] long: slot_mapping // block_size."""
+    slot_offsets: torch.Tensor
+    """[num_tokens] long: slot_mapping % block_size."""
     block_tables: torch.Tensor
     """[num_tokens, max_blocks] long: the block table of each row's sequence, padded with 0."""
     context_lens: torch.Tensor
@@ -109,7 +153,8 @@ AttentionMetadata = TorchAttentionMetadata | CppAttentionMetadata
 def build_cpp_metadata(tables: torch.Tensor, row_of_token: torch.Tensor, positions: torch.Tensor,
                        slot_mapping: torch.Tensor, block_size: int, kernel: Callable) -> CppAttentionMetadata:
     """tables [B, max_blocks] (one row per sequence), row_of_token [T], positions [T]."""
-    return CppAttentionMetadata(slot_mapping, tables[row_of_token], positions + 1, block_size, kernel)
+    return CppAttentionMetadata(slot_mapping, slot_mapping // block_size, slot_mapping % block_size,
+                                tables[row_of_token], positions + 1, block_size, kernel)
 
 
 def build_torch_metadata(tables: torch.Tensor, decode_starts: list[int], prefills: list[tuple[int, int]],
@@ -141,12 +186,8 @@ def build_torch_metadata(tables: torch.Tensor, decode_starts: list[int], prefill
             mask = p[None, :] <= q_pos[:, None]  # [n, ctx_len]
             chunks.append(PrefillChunk(row, row + n, ctx_slots, mask))
         row += n
-    return TorchAttentionMetadata(slot_mapping, nd, decode_blocks, decode_bias, chunks, block_size)
-
-
-def new_kv_cache(num_slots: int, num_kv_heads: int, head_dim: int, device, dtype) -> torch.Tensor:
-    """One layer's K (or V) cache: [num_kv_heads, num_slots, head_dim], zeroed."""
-    return torch.zeros(num_kv_heads, num_slots, head_dim, device=device, dtype=dtype)
+    return TorchAttentionMetadata(slot_mapping, slot_mapping // block_size, slot_mapping % block_size, nd,
+                                  decode_blocks, decode_bias, chunks, block_size)
 
 
 def paged_attention(
@@ -158,33 +199,61 @@ def paged_attention(
     meta: AttentionMetadata,
     scale: float,
 ) -> torch.Tensor:
-    """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [Hkv, num_slots, D].
-    Returns [T, Hq, D]. Writes k, v into the caches at meta.slot_mapping, then
-    attends with the backend the metadata was built for."""
-    k_cache.index_copy_(1, meta.slot_mapping, k.transpose(0, 1))
-    v_cache.index_copy_(1, meta.slot_mapping, v.transpose(0, 1))
+    """q: [T, Hq, D]; k, v: [T, Hkv, D]; caches: [num_blocks, Hkv, block_size, D]
+    (one part each of the layer's cache). Returns [T, Hq, D]. Writes k, v into
+    the caches at meta.slot_mapping, then attends with the backend the metadata
+    was built for. One shared part (latent attention) passes the same view as
+    both caches and the same tensor as k and v: it is written once."""
+    # [num_blocks, block_size, Hkv, D] views: (block, offset) picks a token's [Hkv, D].
+    k_cache.transpose(1, 2).index_put_((meta.slot_blocks, meta.slot_offsets), k)
+    if v_cache is not k_cache or v is not k:
+        v_cache.transpose(1, 2).index_put_((meta.slot_blocks, meta.slot_offsets), v)
     return meta.attend(q, k, v, k_cache, v_cache, scale)
 
 
-def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, block_size: int) -> torch.Tensor:
-    """cache [Hkv, num_slots, D], blocks [B, nb] -> [Hkv, B, nb * block_size, D] (contiguous)."""
-    b, nb = blocks.shape
-    hkv, _, d = cache.shape
-    per_block = cache.view(hkv, -1, block_size, d)
-    return per_block.index_select(1, blocks.flatten()).view(hkv, b, nb * block_size, d)
+def _block_rows(cache: torch.Tensor) -> tuple[torch.Tensor, int, int]:
+    """cache [num_blocks, Hkv, block_size, D], strided across blocks ->
+    (rows, block stride, head stride): ``rows`` [R, block_size, D] is a
+    contiguous view of the layer's storage from this part's first row on,
+    (block b, head h) being rows[b * block_stride + h * head_stride].
+    index_select over it copies whole rows or runs, as over a contiguous cache;
+    advanced indexing on the strided view itself copies element by element
+    (measured 2-5x slower on CPU for SmolLM2's decode gathers)."""
+    n, hkv, bs, d = cache.shape
+    run = bs * d
+    if cache.stride(3) != 1 or cache.stride(2) != d or cache.stride(1) % run or cache.stride(0) % run:
+        raise ValueError(f"cache: [num_blocks, Hkv, block_size, D] with contiguous [block_size, D] runs "
+                         f"expected, got strides {cache.stride()}")
+    sb, sh = cache.stride(0) // run, cache.stride(1) // run
+    rows = torch.as_strided(cache, ((n - 1) * sb + (hkv - 1) * sh + 1, bs, d), (run, d, 1), cache.storage_offset())
+    return rows, sb, sh
 
 
-def _decode_attention(q, k_cache, v_cache, blocks, bias, block_size, scale):
+def _block_index(blocks: torch.Tensor, sb: int, sh: int, hkv: int) -> torch.Tensor:
+    """blocks [B, nb] -> [Hkv * B * nb] long: the ``_block_rows`` row of each
+    (head, block), head-major."""
+    heads = torch.arange(hkv, device=blocks.device)[:, None] * sh  # [Hkv, 1]
+    return (blocks.reshape(1, -1) * sb + heads).view(-1)
+
+
+def _slot_index(slots: torch.Tensor, sb: int, sh: int, hkv: int, bs: int) -> torch.Tensor:
+    """slots [L] -> [Hkv * L] long: the row of ``_block_rows(...)[0].view(-1, D)``
+    holding each (head, slot), head-major."""
+    heads = torch.arange(hkv, device=slots.device)[:, None] * (sh * bs)  # [Hkv, 1]
+    return ((slots // bs * sb * bs + slots % bs)[None, :] + heads).view(-1)
+
+
+def _decode_attention(q, kc, vc, bias, scale):
+    """q: [B, Hq, D]; kc, vc: [Hkv, B, L, D] each decode's gathered blocks;
+    bias: [B, L] (0 inside each context, -inf past it) -> [B, Hq, D]."""
     # q: [B, Hq, D] -> [Hkv, B, G, D]: the G query heads sharing a KV head act as
     # G query rows, so K/V are never repeated for grouped-query attention.
     # Two batched matmuls with the softmax in float32: with G query rows per
     # (KV head, sequence), torch's CPU flash SDPA is 2-4x slower than this in
     # bf16 (measured), and the float32 softmax keeps bf16 runs close to fp32.
     b, hq, d = q.shape
-    hkv = k_cache.shape[0]
+    hkv = kc.shape[0]
     qg = q.view(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]
-    kc = _gather_blocks(k_cache, blocks, block_size)  # [Hkv, B, L, D]
-    vc = _gather_blocks(v_cache, blocks, block_size)
     scores = torch.matmul(qg, kc.transpose(-1, -2)).float()  # [Hkv, B, G, L]
     probs = torch.softmax(scores.mul_(scale).add_(bias[:, None, :]), dim=-1).to(q.dtype)
     out = torch.matmul(probs, vc)  # [Hkv, B, G, D]

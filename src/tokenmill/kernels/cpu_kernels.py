@@ -9,16 +9,25 @@ in a folder keyed by the sources, this CPU's instruction-set flags and the torch
 and Python versions: the code is compiled with ``-march=native`` against
 torch's ABI, so a build is never reused on another CPU or torch.
 A failed build is logged once and the caller falls back to plain torch.
+
+A finished build is marked (``READY``) and later processes import its .so
+directly, without torch's builder: the builder takes a file lock even to
+check a build, and a process killed while holding it (a cluster worker that
+dies or is killed as it starts) would leave every later process waiting on
+that lock forever. A lock older than ``STALE_LOCK_S`` is removed for the
+same reason (only a crashed build can leave one that old).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import platform
 import shutil
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -26,6 +35,11 @@ log = logging.getLogger(__name__)
 
 _CSRC = Path(__file__).parent / "csrc"
 _FLAGS = ["-O3", "-march=native", "-fopenmp"]  # -fopenmp: at::parallel_for uses torch's OpenMP pool
+_NAME = "tokenmill_cpu_kernels"
+READY = "READY"
+"""Written into the build folder after a build loaded successfully."""
+STALE_LOCK_S = 600.0
+"""A builder lock older than this was left by a build that died."""
 _lock = threading.Lock()
 _cached: dict[str, ModuleType | None] = {}
 
@@ -78,18 +92,43 @@ def _build() -> ModuleType | None:
     if why:
         log.warning("C++ CPU kernels unavailable (%s); using plain torch", why)
         return None
+    build_dir = _build_dir()
+    built = build_dir / f"{_NAME}.so"
+    if (build_dir / READY).exists() and built.exists():
+        return _import_built(built)
     from torch.utils.cpp_extension import load
 
-    build_dir = _build_dir()
     build_dir.mkdir(parents=True, exist_ok=True)
-    if not any(build_dir.glob("*.so")):
+    _remove_stale_lock(build_dir / "lock")
+    if not built.exists():
         log.info("compiling the C++ CPU kernels for this CPU (once, ~1 min) in %s", build_dir)
     try:
-        return load(name="tokenmill_cpu_kernels", sources=[str(p) for p in _sources()], extra_cflags=_FLAGS,
-                    extra_include_paths=[str(_CSRC)], build_directory=str(build_dir), verbose=False)
+        module = load(name=_NAME, sources=[str(p) for p in _sources()], extra_cflags=_FLAGS,
+                      extra_include_paths=[str(_CSRC)], build_directory=str(build_dir), verbose=False)
     except Exception as exc:  # noqa: BLE001  compiler errors, missing headers: fall back, say why
         log.warning("C++ CPU kernels failed to build (%s); using plain torch", exc)
         return None
+    (build_dir / READY).write_text("built and loaded\n")
+    return module
+
+
+def _import_built(path: Path) -> ModuleType:
+    import torch  # noqa: F401  the extension links against torch's libraries: load them first
+
+    spec = importlib.util.spec_from_file_location(_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _remove_stale_lock(lock: Path) -> None:
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > STALE_LOCK_S:
+        log.warning("removing a kernel build lock left %.0f s ago by a build that died: %s", age, lock)
+        lock.unlink(missing_ok=True)
 
 
 if __name__ == "__main__":  # `python -m tokenmill.kernels.cpu_kernels`: build now (make setup does)

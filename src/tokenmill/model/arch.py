@@ -2,21 +2,24 @@
 
 Covers Llama 2/3.x (incl. llama3 rope scaling), SmolLM2, Mistral and Qwen2/2.5
 (q/k/v bias). Everything the model code needs is here; nothing else is read
-from the source config after this point.
+from the source config after this point. ``ModelArch`` satisfies the common
+``ArchInfo`` (model/protocol.py); the model registry (model/registry.py) maps
+config and GGUF architecture names to these parsers (registration in
+model/llama_weights.py), so the parsers never see another family.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# HF `architectures` entry -> our family name.
-HF_ARCHITECTURES = {
+# HF `architectures` entry -> our family name (sets the family's defaults below).
+LLAMA_HF_FAMILIES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
 }
-# GGUF `general.architecture` values we can run.
-GGUF_ARCHITECTURES = ("llama", "mistral", "qwen2")
+# config.json `model_type` and GGUF `general.architecture` values of the family.
+LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
 
 
 @dataclass(frozen=True)
@@ -68,22 +71,14 @@ class ModelArch:
         attention = L * 2 * 2 * self.q_size * context_len
         return 2.0 * matmul + attention
 
-    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
-        return 2 * self.num_layers * self.kv_size * dtype_bytes
-
 
 def arch_from_hf_config(cfg: dict) -> ModelArch:
     """Build from a parsed HF config.json; ValueError names what is unsupported."""
     archs = cfg.get("architectures") or []
-    family = next((HF_ARCHITECTURES[a] for a in archs if a in HF_ARCHITECTURES), None)
-    if family is None:
-        model_type = cfg.get("model_type")
-        if model_type in ("llama", "mistral", "qwen2"):
-            family = model_type
-        else:
-            raise ValueError(
-                f"unsupported architecture {archs or model_type!r}; supported: {sorted(HF_ARCHITECTURES)}"
-            )
+    family = next((LLAMA_HF_FAMILIES[a] for a in archs if a in LLAMA_HF_FAMILIES), cfg.get("model_type"))
+    if family not in LLAMA_FAMILIES:
+        raise ValueError(f"unsupported architecture {archs or family!r}; "
+                         f"this parser reads {sorted(LLAMA_HF_FAMILIES)}")
     num_heads = cfg["num_attention_heads"]
     hidden = cfg["hidden_size"]
     rope = cfg.get("rope_parameters") or {}
@@ -120,8 +115,8 @@ def arch_from_hf_config(cfg: dict) -> ModelArch:
 def arch_from_gguf_fields(fields: dict, tensor_names: set[str]) -> ModelArch:
     """Build from GGUF metadata (``fields``: key -> python value)."""
     family = fields.get("general.architecture")
-    if family not in GGUF_ARCHITECTURES:
-        raise ValueError(f"unsupported GGUF architecture {family!r}; supported: {GGUF_ARCHITECTURES}")
+    if family not in LLAMA_FAMILIES:
+        raise ValueError(f"unsupported GGUF architecture {family!r}; this parser reads {LLAMA_FAMILIES}")
 
     def get(key: str, default=None):
         return fields.get(f"{family}.{key}", default)

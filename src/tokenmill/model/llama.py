@@ -14,6 +14,9 @@ matmuls to cut per-step op count. The elementwise ops (residual add + RMSNorm,
 rotary embedding, SiLU-and-mul) go through ``self.ops`` (kernels/fused_ops.py):
 plain torch, or fused C++ kernels on CPU, set by the engine.
 
+KV cache: one tensor per layer, [num_blocks, 2, Hkv, block_size, D]
+(model/kv_cache_spec.py); part 0 holds K, part 1 holds V (``kv_cache_spec``).
+
 Each sublayer's output is added to the residual stream by the norm that reads
 it next (vLLM's fused add + norm): a layer returns its MLP output "pending",
 and the next layer's input norm (or the final norm) adds it.
@@ -29,7 +32,11 @@ from tokenmill.kernels.attention import AttentionMetadata, paged_attention
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, FusedOps
 from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.model.arch import ModelArch
+from tokenmill.model.kv_cache_spec import KVCacheSpec
 from tokenmill.model.rope import cos_sin_table, inverse_frequencies
+
+K, V = 0, 1
+"""This model's cache parts (index into a layer's cache tensor, dim 1)."""
 
 
 class RMSNorm(nn.Module):
@@ -54,7 +61,8 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, arch.hidden_size, bias=False)
         self.scale = self.head_dim**-0.5
 
-    def forward(self, x, rope, meta: AttentionMetadata, k_cache, v_cache, ops: FusedOps):
+    def forward(self, x, rope, meta: AttentionMetadata, cache, ops: FusedOps):
+        """cache: this layer's [num_blocks, 2, Hkv, block_size, D]."""
         t = x.shape[0]
         qkv = self.qkv_proj(x)  # [T, q_size + 2 * kv_size]
         heads = self.num_heads + self.num_kv_heads
@@ -62,7 +70,8 @@ class Attention(nn.Module):
         qk = ops.rope(qkv[:, :self.q_size + self.kv_size].view(t, heads, self.head_dim), *rope)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)  # [T, Hq, D], [T, Hkv, D]
         v = qkv[:, self.q_size + self.kv_size:].reshape(t, self.num_kv_heads, self.head_dim)
-        o = paged_attention(q, k, v, k_cache, v_cache, meta, self.scale)  # [T, Hq, D]
+        # Views [num_blocks, Hkv, block_size, D], strided across blocks.
+        o = paged_attention(q, k, v, cache[:, K], cache[:, V], meta, self.scale)  # [T, Hq, D]
         return self.o_proj(o.view(t, self.q_size))
 
 
@@ -84,15 +93,17 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, pending, rope, meta, k_cache, v_cache, ops: FusedOps):
+    def forward(self, x, pending, rope, meta, cache, ops: FusedOps):
         """x: [T, hidden] float32 residual stream, updated in place; pending: the
         previous layer's MLP output not yet added to x (model dtype), None before
         the first layer. Returns this layer's MLP output, for the next norm to add."""
-        attn_out = self.self_attn(self.input_layernorm(x, pending, ops), rope, meta, k_cache, v_cache, ops)
+        attn_out = self.self_attn(self.input_layernorm(x, pending, ops), rope, meta, cache, ops)
         return self.mlp(self.post_attention_layernorm(x, attn_out, ops), ops)
 
 
 class LlamaForCausalLM(nn.Module):
+    """Satisfies ``CausalLM`` (model/protocol.py); registered by model/llama_weights.py."""
+
     def __init__(self, arch: ModelArch, max_positions: int):
         super().__init__()
         self.arch = arch
@@ -108,26 +119,34 @@ class LlamaForCausalLM(nn.Module):
                       arch.rope_scaling.get("rope_type") != "gguf_freq_factors" else None)
 
     def set_rope(self, inv_freq: torch.Tensor | None) -> None:
-        """(Re)build the cos/sin tables; None leaves them unset until the loader
-        provides GGUF frequency factors."""
+        """(Re)build the cos/sin tables (float32, on the model's device); None
+        leaves them unset until the loader provides GGUF frequency factors."""
         if inv_freq is None:
             return
         cos, sin = cos_sin_table(inv_freq, self.max_positions)
-        self.register_buffer("rope_cos", cos, persistent=False)  # [max_positions, head_dim]
-        self.register_buffer("rope_sin", sin, persistent=False)
+        device = self.embed_tokens.weight.device
+        self.register_buffer("rope_cos", cos.to(device), persistent=False)  # [max_positions, head_dim]
+        self.register_buffer("rope_sin", sin.to(device), persistent=False)
 
     def forward(self, input_ids, positions, meta: AttentionMetadata, kv_caches) -> torch.Tensor:
-        """input_ids, positions: [T] long; kv_caches: per layer (k_cache, v_cache),
-        each [Hkv, num_slots, D]. Returns final hidden states [T, hidden] in the model dtype."""
+        """input_ids, positions: [T] long; kv_caches: per layer one
+        [num_blocks, 2, Hkv, block_size, D] tensor. Returns final hidden states
+        [T, hidden] in the model dtype."""
         ops = self.ops
         x = self.embed_tokens(input_ids)  # a fresh tensor: the layers may add into it in place
         dtype = x.dtype
         x = x.float()  # [T, hidden] residual stream
         rope = ops.rope_inputs(self.rope_cos, self.rope_sin, positions, dtype)
         pending = None
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
-            pending = layer(x, pending, rope, meta, k_cache, v_cache, ops)
+        for layer, cache in zip(self.layers, kv_caches):
+            pending = layer(x, pending, rope, meta, cache, ops)
         return self.norm(x, pending, ops)
+
+    def kv_cache_spec(self) -> KVCacheSpec:
+        """Per layer and token: K and V, num_kv_heads x head_dim each."""
+        arch = self.arch
+        return KVCacheSpec(num_layers=arch.num_layers, parts=("k", "v"), num_heads=arch.num_kv_heads,
+                           head_dim=arch.head_dim)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [N, hidden] -> logits [N, vocab] in the model dtype. Not widened

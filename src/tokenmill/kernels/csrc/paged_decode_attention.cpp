@@ -4,13 +4,17 @@
 // sharing one block table, row i's context ending at its own position, which
 // makes the attention causal once the chunk's K/V are in the cache.
 //
-// Shapes (all contiguous):
-//   q            [B, Hq, D]            float32 or bfloat16 (same dtype as the caches)
-//   k_cache      [Hkv, num_slots, D]   slot = block * block_size + offset
-//   v_cache      [Hkv, num_slots, D]
-//   block_tables [B, max_blocks]       int64
-//   context_lens [B]                   int64, 1 <= len <= max_blocks * block_size
-//   returns      [B, Hq, D]            dtype of q
+// Shapes:
+//   q            [B, Hq, D]                         float32 or bfloat16 (same dtype as the caches)
+//   k_cache      [num_blocks, Hkv, block_size, D]   one part (K) of a layer's cache
+//   v_cache      [num_blocks, Hkv, block_size, D]   one part (V), or the same tensor as k_cache
+//   block_tables [B, max_blocks]                    int64
+//   context_lens [B]                                int64, 1 <= len <= max_blocks * block_size
+//   returns      [B, Hq, D]                         dtype of q
+// The caches are views into a layer's [num_blocks, parts, Hkv, block_size, D]
+// tensor (model/kv_cache_spec.py), so strided across blocks: any block and head
+// stride (equal for K and V), each (block, head) a contiguous [block_size, D] run.
+// Slot = block * block_size + offset: row `offset` of that block's run.
 // Query head h*G + g (G = Hq / Hkv) reads KV head h, as in grouped-query attention.
 // Work item = (sequence, KV head): its G query rows share every K/V row read.
 // Scores, softmax and the output accumulate in float32.
@@ -35,12 +39,15 @@ inline void to_float(const T* src, float* dst, int64_t n) {
 }
 
 // One (sequence, KV head): G query rows qf [G, D] (already scaled) over L tokens.
-// Writes the normalised output rows to of [G, D]. scores: scratch of G * L floats.
+// kh, vh: this head's rows in block 0; block b's run starts block_stride elements
+// further per block. Writes the normalised output rows to of [G, D].
+// scores: scratch of G * L floats.
 template <typename T>
 void attend_portable(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
-                     int64_t G, int64_t D, int64_t block_size, float* scores, float* row, float* of) {
+                     int64_t G, int64_t D, int64_t block_size, int64_t block_stride, float* scores, float* row,
+                     float* of) {
     for (int64_t t = 0; t < L; ++t) {
-        to_float(kh + (table[t / block_size] * block_size + t % block_size) * D, row, D);
+        to_float(kh + table[t / block_size] * block_stride + t % block_size * D, row, D);
         for (int64_t g = 0; g < G; ++g) {
             float s = 0.f;
             for (int64_t d = 0; d < D; ++d) s += qf[g * D + d] * row[d];
@@ -56,7 +63,7 @@ void attend_portable(const float* qf, const T* kh, const T* vh, const int64_t* t
         for (int64_t t = 0; t < L; ++t) sg[t] /= sum;
     }
     for (int64_t t = 0; t < L; ++t) {
-        to_float(vh + (table[t / block_size] * block_size + t % block_size) * D, row, D);
+        to_float(vh + table[t / block_size] * block_stride + t % block_size * D, row, D);
         for (int64_t g = 0; g < G; ++g)
             for (int64_t d = 0; d < D; ++d) of[g * D + d] += scores[g * L + t] * row[d];
     }
@@ -69,18 +76,35 @@ using tokenmill::exp16;
 using tokenmill::load16;
 using tokenmill::tail_mask;
 
+// Prefetch one row (D values) into L1.
+template <typename T>
+inline void prefetch_row(const T* row, int64_t D) {
+    const char* p = reinterpret_cast<const char*>(row);
+    for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 template <int NC, typename T>
 void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
-                   int64_t G, int64_t block_size, float* scores, float* of) {
+                   int64_t G, int64_t block_size, int64_t block_stride, float* scores, float* of) {
     constexpr int64_t D = 16 * NC;
     for (int64_t g = 0; g < G; ++g) {
         __m512 q[NC];
         for (int c = 0; c < NC; ++c) q[c] = _mm512_loadu_ps(qf + g * D + 16 * c);
         float* sg = scores + g * L;
         for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // K rows, block by block, in place
-            const T* kb = kh + table[t0 / block_size] * block_size * D;
+            const T* kb = kh + table[t0 / block_size] * block_stride;
             const int64_t n = std::min(block_size, L - t0);
+            // The first pass (g == 0) reads K from memory: fetch the next K block and
+            // this V block (for the V pass) a row at a time beside it. Each block's run
+            // sits a block stride (all parts and heads of a block) from the next, so
+            // the hardware prefetcher, which follows addresses, stops at every run;
+            // measured inside SmolLM2 decode steps: attention 18-30% faster with this
+            // than without in bf16, 4-7% in float32 (a head-major layout needs none).
+            const T* k_next = g == 0 && t0 + block_size < L ? kh + table[t0 / block_size + 1] * block_stride : nullptr;
+            const T* v_this = g == 0 ? vh + table[t0 / block_size] * block_stride : nullptr;
             for (int64_t j = 0; j < n; ++j) {
+                if (k_next != nullptr) prefetch_row(k_next + j * D, D);
+                if (v_this != nullptr) prefetch_row(v_this + j * D, D);
                 __m512 acc = _mm512_mul_ps(q[0], load16(kb + j * D));
                 for (int c = 1; c < NC; ++c) acc = _mm512_fmadd_ps(q[c], load16(kb + j * D + 16 * c), acc);
                 sg[t0 + j] = _mm512_reduce_add_ps(acc);
@@ -101,7 +125,7 @@ void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* tab
         __m512 acc[NC];
         for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
         for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // V rows, in place
-            const T* vb = vh + table[t0 / block_size] * block_size * D;
+            const T* vb = vh + table[t0 / block_size] * block_stride;
             const int64_t n = std::min(block_size, L - t0);
             for (int64_t j = 0; j < n; ++j) {
                 const __m512 p = _mm512_set1_ps(sg[t0 + j]);
@@ -116,20 +140,26 @@ void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* tab
 // The AVX-512 path where it applies (float32/bfloat16, head_dim 64 or 128); false otherwise.
 template <typename T>
 bool attend_fast(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
-                 int64_t D, int64_t block_size, float* scores, float* of) {
+                 int64_t D, int64_t block_size, int64_t block_stride, float* scores, float* of) {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) {
-        if (D == 64) return attend_avx512<4>(qf, kh, vh, table, L, G, block_size, scores, of), true;
-        if (D == 128) return attend_avx512<8>(qf, kh, vh, table, L, G, block_size, scores, of), true;
+        if (D == 64) return attend_avx512<4>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
+        if (D == 128) return attend_avx512<8>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
     }
 #endif
     return false;
 }
 
+// Cache strides, in elements, shared by K and V.
+struct CacheStrides {
+    int64_t block;
+    int64_t head;
+};
+
 template <typename T>
 void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int64_t* tables,
                       const int64_t* lens, T* out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
-                      int64_t num_slots, int64_t max_blocks, int64_t block_size, float scale) {
+                      CacheStrides stride, int64_t max_blocks, int64_t block_size, float scale) {
     const int64_t G = Hq / Hkv;
     const int64_t longest = *std::max_element(lens, lens + B);
     at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
@@ -138,12 +168,13 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
             const int64_t b = w / Hkv, h = w % Hkv;
             const T* qb = q + (b * Hq + h * G) * D;
             for (int64_t i = 0; i < G * D; ++i) qf[i] = static_cast<float>(qb[i]) * scale;
-            const T* kh = k_cache + h * num_slots * D;
-            const T* vh = v_cache + h * num_slots * D;
+            const T* kh = k_cache + h * stride.head;
+            const T* vh = v_cache + h * stride.head;
             const int64_t* table = tables + b * max_blocks;
-            if (!attend_fast(qf.data(), kh, vh, table, lens[b], G, D, block_size, scores.data(), of.data()))
-                attend_portable(qf.data(), kh, vh, table, lens[b], G, D, block_size, scores.data(), row.data(),
-                                of.data());
+            if (!attend_fast(qf.data(), kh, vh, table, lens[b], G, D, block_size, stride.block, scores.data(),
+                             of.data()))
+                attend_portable(qf.data(), kh, vh, table, lens[b], G, D, block_size, stride.block, scores.data(),
+                                row.data(), of.data());
             T* o = out + (b * Hq + h * G) * D;
             for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[i]);
         }
@@ -155,24 +186,27 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
 torch::Tensor tokenmill::paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache,
                                      torch::Tensor block_tables, torch::Tensor context_lens,
                                      int64_t block_size, double scale) {
-    TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 3 && v_cache.dim() == 3, "q [B,Hq,D], caches [Hkv,slots,D]");
+    TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.dim() == 4,
+                "q [B,Hq,D], caches [num_blocks,Hkv,block_size,D]");
     TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && q.scalar_type() == v_cache.scalar_type(),
                 "q and the caches must share a dtype");
     TORCH_CHECK(block_tables.scalar_type() == torch::kLong && context_lens.scalar_type() == torch::kLong,
                 "block_tables and context_lens must be int64");
     TORCH_CHECK(q.device().is_cpu() && k_cache.device().is_cpu() && v_cache.device().is_cpu(), "CPU tensors only");
-    TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous(), "caches must be contiguous");
     q = q.contiguous();
     block_tables = block_tables.contiguous();
     context_lens = context_lens.contiguous();
-    const int64_t B = q.size(0), Hq = q.size(1), D = q.size(2), Hkv = k_cache.size(0);
-    TORCH_CHECK(Hq % Hkv == 0 && k_cache.size(2) == D, "head counts or head_dim disagree");
+    const int64_t B = q.size(0), Hq = q.size(1), D = q.size(2), Hkv = k_cache.size(1);
+    TORCH_CHECK(Hq % Hkv == 0 && k_cache.size(3) == D, "head counts or head_dim disagree");
     TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == B && context_lens.size(0) == B,
                 "one block table and length per sequence");
-    TORCH_CHECK(block_size >= 1 && k_cache.size(1) % block_size == 0 && v_cache.sizes() == k_cache.sizes(),
-                "caches must hold whole blocks and match in shape");
+    TORCH_CHECK(block_size >= 1 && k_cache.size(2) == block_size, "caches must hold blocks of block_size slots");
+    TORCH_CHECK(v_cache.sizes() == k_cache.sizes() && v_cache.strides() == k_cache.strides(),
+                "k and v caches must match in shape and strides");
+    // The kernel reads each (block, head) as one run of block_size contiguous rows.
+    TORCH_CHECK(k_cache.stride(3) == 1 && k_cache.stride(2) == D, "each cache [block_size, D] run must be contiguous");
     // Every block a sequence reads must lie inside the cache: a bad table would read out of bounds.
-    const int64_t max_blocks = block_tables.size(1), num_blocks = k_cache.size(1) / block_size;
+    const int64_t max_blocks = block_tables.size(1), num_blocks = k_cache.size(0);
     const int64_t* lens = context_lens.data_ptr<int64_t>();
     const int64_t* tables = block_tables.data_ptr<int64_t>();
     for (int64_t b = 0; b < B; ++b) {
@@ -181,11 +215,12 @@ torch::Tensor tokenmill::paged_decode_attention(torch::Tensor q, torch::Tensor k
             TORCH_CHECK(tables[b * max_blocks + i] >= 0 && tables[b * max_blocks + i] < num_blocks,
                         "block id out of range");
     }
+    const CacheStrides stride{k_cache.stride(0), k_cache.stride(1)};
     auto out = torch::empty_like(q);
     AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, q.scalar_type(), "paged_decode_attention", [&] {
         decode_attention<scalar_t>(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(),
                                    v_cache.data_ptr<scalar_t>(), tables, lens, out.data_ptr<scalar_t>(), B, Hq, Hkv,
-                                   D, k_cache.size(1), max_blocks, block_size, static_cast<float>(scale));
+                                   D, stride, max_blocks, block_size, static_cast<float>(scale));
     });
     return out;
 }

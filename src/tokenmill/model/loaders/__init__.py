@@ -1,7 +1,9 @@
 """Weight loaders behind one interface: ``load_model(source, fmt, device, dtype)``.
 
 Each loader returns a ``LoadedModel``: the module on its device and dtype, plus
-where the tokenizer comes from. The registry maps a load format to its loader.
+where the tokenizer comes from. The registry below maps a load format to its
+loader; each loader finds the architecture in the model registry
+(model/registry.py) and knows nothing of any one architecture.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ from typing import Callable
 
 import torch
 
-from tokenmill.model.arch import ModelArch
-from tokenmill.model.llama import LlamaForCausalLM
+from tokenmill.model.protocol import ArchInfo, CausalLM
 
 
 @dataclass
 class LoadedModel:
-    model: LlamaForCausalLM
-    arch: ModelArch
+    model: CausalLM
+    arch: ArchInfo
+    """The model's own ``arch`` (its registry entry's arch type)."""
     tokenizer_source: str | None
     """GGUF file or HF directory holding the tokenizer; None for dummy weights."""
     name: str

@@ -8,10 +8,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from tokenmill.model.arch import arch_from_hf_config
 from tokenmill.model.loaders import LoadedModel
 from tokenmill.model.loaders.common import build_empty_model
-from tokenmill.model.weights import load_hf_weights
+from tokenmill.model.registry import entry_for_hf_config
 
 
 def load_hf_dir(source: str, device: torch.device, dtype: torch.dtype, max_positions: int, seed: int) -> LoadedModel:
@@ -21,7 +20,9 @@ def load_hf_dir(source: str, device: torch.device, dtype: torch.dtype, max_posit
     config_path = root / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(f"model: {config_path} not found")
-    arch = arch_from_hf_config(json.loads(config_path.read_text()))
+    cfg = json.loads(config_path.read_text())
+    entry = entry_for_hf_config(cfg)
+    arch = entry.parse_hf_config(cfg)
     files = sorted(root.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"model: no *.safetensors files in {source} (only safetensors are supported)")
@@ -33,5 +34,5 @@ def load_hf_dir(source: str, device: torch.device, dtype: torch.dtype, max_posit
                 for name in st.keys():
                     yield name, st.get_tensor(name)
 
-    load_hf_weights(model, named())
+    entry.weights.load(model, named())
     return LoadedModel(model=model, arch=arch, tokenizer_source=str(root), name=root.name)
