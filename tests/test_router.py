@@ -47,7 +47,21 @@ def test_kv_events_route_to_the_worker_holding_the_prefix():
     assert r.apply_kv_events("b", stored_batch(3))
     decision = r.route(PROMPT)
     assert (decision.worker_id, decision.overlap_blocks, decision.score) == ("b", 3, 1.0)
+    r.release("b", len(PROMPT))  # that request ended
     assert r.route(PROMPT[:40]).worker_id == "b"  # a shorter prompt sharing 2 blocks
+
+
+def test_routed_requests_count_as_load_until_released():
+    """Requests sent to a worker weigh on it at once, queued or not, until they end:
+    a burst of one prefix spreads once its queue outweighs the cached prefix."""
+    r = router("a", "b")
+    r.apply_kv_events("b", stored_batch(4))  # b caches 4 of PROMPT's 4 full blocks (+ a partial one)
+    picks = [r.route(PROMPT).worker_id for _ in range(3)]
+    # costs (uncached blocks + routed blocks): b 0+0 < a 4+0; then b 0+5 > a 4+0; then b 0+5 < a 4+5
+    assert picks == ["b", "a", "b"]
+    r.release("b", len(PROMPT))
+    r.release("b", len(PROMPT))
+    assert r.route(PROMPT).worker_id == "b"
 
 
 def test_load_updates_move_requests_away():
@@ -63,9 +77,11 @@ def test_approximate_mode_learns_from_its_decisions_and_forgets_after_ttl():
     r.add_worker("a")
     r.add_worker("b")
     assert r.route(PROMPT).worker_id == "a"  # all tied: table order
+    r.release("a", len(PROMPT))  # each request here ends before the next one comes
     r.update_load("a", WorkerLoad(kv_blocks_used=2))
     clock.now = 29.0
     assert (r.route(PROMPT).worker_id, r.metrics.last_overlap_blocks) == ("a", 4)  # 0 + 2 < 4 + 0; renews
+    r.release("a", len(PROMPT))
     clock.now = 59.0  # 30 s after the renewal: expired
     decision = r.route(PROMPT)
     assert (decision.worker_id, decision.overlap_blocks) == ("b", 0)  # a: 4 + 2 > b: 4 + 0

@@ -118,7 +118,7 @@ class ClusterEngine:
                 raise RequestError("request_id", f"duplicate request id {rid!r}")
             self.output_processor.add(request)
             self._streams[rid], self._route[rid] = stream, decision.worker_id
-            self._inflight[rid] = _InFlight(request)
+            self._inflight[rid] = _InFlight(request, routed_tokens=len(request.prompt_token_ids))
         finished = False
         try:
             await self.workers[decision.worker_id].actor.submit.remote(encode(request))
@@ -219,9 +219,12 @@ class ClusterEngine:
                 return False
             request = flight.continuation()
             flight.migrations += 1
+            self._released(self._route.get(request_id), flight)
+            tokens = list(request.prompt_token_ids) + request.resume.output_token_ids
+            flight.routed_tokens = len(tokens)
         try:
             with self._router_lock:
-                decision = self.router.route(list(request.prompt_token_ids) + request.resume.output_token_ids)
+                decision = self.router.route(tokens)
             import ray
             ray.get(self.workers[decision.worker_id].actor.submit.remote(encode(request)), timeout=30)
         except Exception as exc:  # no live worker, or it failed too: the request ends with an error
@@ -237,12 +240,18 @@ class ClusterEngine:
                     len(request.resume.output_token_ids))
         return True
 
+    def _released(self, worker_id: str | None, flight: _InFlight | None) -> None:
+        """A request left ``worker_id``: its blocks leave the router's load figure."""
+        if worker_id is not None and flight is not None and flight.routed_tokens:
+            with self._router_lock:
+                self.router.release(worker_id, flight.routed_tokens)
+            flight.routed_tokens = 0
+
     def _fail(self, request_id: str, error: str) -> None:
         with self._lock:
             stream = self._streams.pop(request_id, None)
             out = self.output_processor.fail(request_id, error)
-            self._route.pop(request_id, None)
-            self._inflight.pop(request_id, None)
+            self._released(self._route.pop(request_id, None), self._inflight.pop(request_id, None))
         if stream is not None and out is not None:
             stream.put(out)
 
@@ -285,7 +294,7 @@ class ClusterEngine:
                 stream = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
                 if out.finished:
                     self._route.pop(out.request_id, None)
-                    self._inflight.pop(out.request_id, None)
+                    self._released(worker_id, self._inflight.pop(out.request_id, None))
                 elif out.request_id in self._inflight:
                     self._inflight[out.request_id].sent += out.new_token_ids
                 streams.append((stream, out))
@@ -303,7 +312,7 @@ class ClusterEngine:
             self._output_failures += not ok
             stream = self._streams.pop(request_id, None)
             worker_id = self._route.pop(request_id, None)
-            self._inflight.pop(request_id, None)
+            self._released(worker_id, self._inflight.pop(request_id, None))
         if worker_id is not None:
             self._send_finish(worker_id, [request_id], status, cause)
         if stream is not None and out is not None:
@@ -321,6 +330,8 @@ class _InFlight:
     """What the frontend keeps of a request to move it to another worker."""
 
     request: EngineCoreRequest
+    routed_tokens: int = 0
+    """Tokens its current worker was routed for (Router.release gives them back)."""
     sent: list[int] = field(default_factory=list)
     """Tokens its client has received (since the request's own resume point, if any)."""
     migrations: int = 0

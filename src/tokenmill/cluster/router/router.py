@@ -52,6 +52,7 @@ class Router:
         self.policy = make_policy(self.config.policy, **self._policy_options())
         self.metrics = RouterMetrics()
         self._workers: dict[WorkerId, WorkerState] = {}  # in the order added
+        self._routed: Counter = Counter()  # worker -> prompt blocks of its requests not yet released
 
     def _policy_options(self) -> dict:
         c = self.config
@@ -80,6 +81,7 @@ class Router:
     def mark_dead(self, worker_id: WorkerId) -> None:
         self._workers[worker_id] = replace(self._get(worker_id), alive=False)
         self.index.remove_worker(worker_id)
+        self._routed.pop(worker_id, None)  # its requests are gone with it (or moved, and counted anew)
 
     def mark_alive(self, worker_id: WorkerId) -> None:
         self._workers[worker_id] = replace(self._get(worker_id), alive=True)
@@ -111,7 +113,10 @@ class Router:
         if len(token_ids) == 0:
             raise ValueError("token_ids: empty prompt")
         hashes = tuple(hash_full_blocks(list(token_ids), self.config.block_size))  # one per full block
-        decision = self.policy.choose(RouteRequest(hashes, len(token_ids), session), self.workers)
+        workers = [replace(w, load=replace(w.load, routed_blocks=self._routed[w.worker_id]))
+                   for w in self._workers.values()]
+        decision = self.policy.choose(RouteRequest(hashes, len(token_ids), session), workers)
+        self._routed[decision.worker_id] += self.blocks_of(len(token_ids))
         if decision.overlap_blocks is None:  # a policy that ignores caches: measure its luck anyway
             overlap = self.index.overlap(hashes).get(decision.worker_id, 0)
             decision = replace(decision, overlap_blocks=overlap)
@@ -119,6 +124,18 @@ class Router:
             self.index.record(decision.worker_id, hashes)
         self._count(decision)
         return decision
+
+    def blocks_of(self, num_tokens: int) -> int:
+        """KV blocks ``num_tokens`` tokens take."""
+        return -(-num_tokens // self.config.block_size)
+
+    def release(self, worker_id: WorkerId, num_tokens: int) -> None:
+        """A request routed to ``worker_id`` with ``num_tokens`` prompt tokens ended."""
+        left = self._routed[worker_id] - self.blocks_of(num_tokens)
+        if left > 0:
+            self._routed[worker_id] = left
+        else:
+            self._routed.pop(worker_id, None)
 
     def _count(self, decision: Decision) -> None:
         self.metrics.decisions[(self.policy.name, decision.worker_id)] += 1

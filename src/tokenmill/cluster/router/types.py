@@ -43,9 +43,14 @@ class WorkerLoad:
     """The worker's KV pool size in blocks; 0 when unknown."""
     prefill_tokens_queued: int = 0
     """Prompt tokens admitted but not yet computed (0 when the engine does not say)."""
+    routed_blocks: int = 0
+    """Prompt blocks of the requests the router sent there that have not ended
+    (Router.route adds, Router.release subtracts): known at once, and counting
+    requests still waiting in the worker's queue, which hold no KV blocks yet."""
 
     def __post_init__(self):
-        for name in ("num_running", "num_waiting", "kv_blocks_used", "kv_blocks_total", "prefill_tokens_queued"):
+        for name in ("num_running", "num_waiting", "kv_blocks_used", "kv_blocks_total", "prefill_tokens_queued",
+                     "routed_blocks"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0, got {getattr(self, name)}")
         if self.kv_blocks_total and self.kv_blocks_used > self.kv_blocks_total:

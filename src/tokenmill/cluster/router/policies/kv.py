@@ -3,14 +3,18 @@
 For each live worker W, in blocks (the engine's KV block size, the same unit
 on both sides of the sum):
 
-    cost(W) = overlap_weight * (len(request.block_hashes) - overlap(W)) + W.load.kv_blocks_used
+    cost(W) = overlap_weight * (len(request.block_hashes) - overlap(W))
+              + max(W.load.kv_blocks_used, W.load.routed_blocks)
 
 - the first term is the prefill W would have to do: the request's full blocks
   that are NOT already cached there (overlap = leading blocks W holds, read
   from the router's index, exact or approximate). The trailing partial block
   is left out: it is never cached anywhere, so it would add the same constant
   to every worker and change neither the argmin nor the softmax;
-- the second term is W's decode load: ``kv_blocks_used``, the KV blocks held by
+- the second term is W's decode load: the larger of ``routed_blocks`` (the
+  prompt blocks of the requests the router sent W that have not ended: known
+  at once and counting requests still queued there, so a burst is not all sent
+  to the worker that looked idle in its last report) and ``kv_blocks_used``, the KV blocks held by
   its in-flight requests (EngineStats.kv_blocks_used, i.e. blocks with a
   reference; cached-but-free blocks are not counted, since they cost nothing
   and are exactly what the first term rewards). It is the figure every engine
@@ -49,7 +53,7 @@ float multiples of whole blocks, so exact ties can differ by rounding)."""
 
 def kv_cost(num_blocks: int, overlap_blocks: int, load: WorkerLoad, overlap_weight: float) -> float:
     """The cost in blocks of sending a ``num_blocks``-block request to a worker (see module doc)."""
-    return overlap_weight * (num_blocks - overlap_blocks) + load.kv_blocks_used
+    return overlap_weight * (num_blocks - overlap_blocks) + max(load.kv_blocks_used, load.routed_blocks)
 
 
 def session_pick(session: str, n: int) -> int:
