@@ -122,14 +122,9 @@ class ClusterEngine:
         finished = False
         try:
             await self.workers[decision.worker_id].actor.submit.remote(encode(request))
-            while True:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+            async for item in stream.outputs():
                 finished = item.finished
                 yield item
-                if finished:
-                    return
         finally:
             if not finished:  # the consumer left: end the request on its worker
                 self._end(rid, RequestStatus.FINISHED_ABORTED, "client_disconnect")

@@ -43,6 +43,17 @@ class OutputStream:
             except RuntimeError:
                 log.debug("dropped an output for a closed event loop")
 
+    async def outputs(self) -> AsyncIterator[RequestOutput]:
+        """The request's outputs until the finished one; an exception put in
+        its place (the engine stopped) is raised here."""
+        while True:
+            item = await self.queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if item.finished:
+                return
+
 
 class AsyncEngine:
     def __init__(self, engine: LLMEngine):
@@ -79,14 +90,9 @@ class AsyncEngine:
             self._cv.notify()
         finished = False
         try:
-            while True:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
+            async for item in stream.outputs():
                 finished = item.finished
                 yield item
-                if finished:
-                    return
         finally:
             if not finished:  # the consumer stopped reading (client went away): free its blocks
                 self._submit_abort(request.request_id, "client_disconnect")
