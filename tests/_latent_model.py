@@ -102,6 +102,9 @@ class LatentForCausalLM(nn.Module):
     def compute_logits(self, hidden):
         return self.lm_head(hidden)
 
+    def decoder_linears(self):
+        return [(layer, name) for layer in self.layers for name in ("kv_down", "q_proj", "o_proj")]
+
     def exact_head(self) -> ExactHead:
         return ExactHead(self.lm_head.weight, None, None, None)
 

@@ -192,3 +192,18 @@ def test_gguf_rope_frequency_factors_arrive_with_the_weights():
     assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
     with pytest.raises(ValueError, match=ROPE_FREQS):
         LLAMA_ENTRY.weights.load(build_empty_model(arch, CPU, torch.float32, 64), tensors)
+
+
+def test_weight_only_quantization_needs_no_architecture_names():
+    """quantize_model swaps what the model lists in decoder_linears(), whatever
+    it calls its projections: the latent model quantizes and still runs."""
+    from tokenmill.kernels.int8_linear import Int8Linear
+    from tokenmill.kernels.quantize import quantize_model
+
+    model = latent_model()
+    reference = model.reference_logits([5, 6, 7, 8])
+    quantize_model(model, "int8")
+    assert all(isinstance(getattr(owner, name), Int8Linear) for owner, name in model.decoder_linears())
+    assert isinstance(model.lm_head, Int8Linear)
+    got = model.reference_logits([5, 6, 7, 8])
+    assert got.shape == reference.shape and torch.allclose(got, reference, atol=0.05, rtol=0.05)

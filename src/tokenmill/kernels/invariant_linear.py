@@ -37,8 +37,6 @@ class InvariantLinear(nn.Module):
 
 def make_batch_invariant(model: nn.Module, kernels: ModuleType) -> None:
     """Swap every linear of the decoder and the LM head for an InvariantLinear, in place."""
-    for layer in model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        for owner, name in ((attn, "qkv_proj"), (attn, "o_proj"), (mlp, "gate_up_proj"), (mlp, "down_proj")):
-            setattr(owner, name, InvariantLinear(getattr(owner, name), kernels, keep_weight=False))
+    for owner, name in model.decoder_linears():  # the architecture names its own weights
+        setattr(owner, name, InvariantLinear(getattr(owner, name), kernels, keep_weight=False))
     model.lm_head = InvariantLinear(model.lm_head, kernels, keep_weight=True)

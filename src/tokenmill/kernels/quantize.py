@@ -39,8 +39,6 @@ def quantize_model(model: nn.Module, method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"quantization: must be one of {METHODS}, got {method!r}")
     compute = _compute_dtype(model)
-    for layer in model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        for owner, name in ((attn, "qkv_proj"), (attn, "o_proj"), (mlp, "gate_up_proj"), (mlp, "down_proj")):
-            setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute))
+    for owner, name in model.decoder_linears():  # the architecture names its own weights
+        setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute))
     model.lm_head = Int8Linear(model.lm_head, compute)

@@ -154,6 +154,14 @@ class LlamaForCausalLM(nn.Module):
         other paths widen to float32 themselves."""
         return self.lm_head(hidden)
 
+    def decoder_linears(self) -> list[tuple[nn.Module, str]]:
+        """(owner, attribute) of each layer's fused qkv, o, fused gate_up and down projections."""
+        out = []
+        for layer in self.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            out += [(attn, "qkv_proj"), (attn, "o_proj"), (mlp, "gate_up_proj"), (mlp, "down_proj")]
+        return out
+
     def exact_head(self) -> ExactHead:
         """The LM head as data for the sampler's bf16 tie rule (engine/exact_head.py).
         Call it after any swap of ``lm_head`` (quantization, deterministic mode)."""

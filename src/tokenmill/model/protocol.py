@@ -77,3 +77,10 @@ class CausalLM(Protocol):
     def kv_cache_spec(self) -> KVCacheSpec:
         """What one token costs in the KV cache per layer; sizes and shapes the cache."""
         ...
+
+    def decoder_linears(self) -> list[tuple[object, str]]:
+        """Every weight matrix of the decoder layers as (owning module, attribute
+        name), so weight-only quantization and deterministic mode can swap them
+        without knowing the architecture's names. The LM head (``lm_head``) is
+        not in the list: those callers treat it on its own."""
+        ...
