@@ -6,7 +6,7 @@ each half run again, down to single requests; a request that still raises on
 its own is the one that fails. The others' K/V are rewritten in full by the
 retry (every layer, every slot of theirs in the step), so what a failed first
 attempt left half-written does not matter. Sampling and output processing
-fail per request already (Sampler, LLMEngine._emit).
+fail per request already (Sampler, OutputProcessor.process).
 """
 
 from __future__ import annotations
