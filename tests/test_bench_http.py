@@ -14,6 +14,7 @@ from fake_openai_server import FakeOpenAIServer
 
 from tokenmill.bench.openai_backend import OpenAIBackend
 from tokenmill.bench.runner import Target, run_benchmark
+from tokenmill.bench.server_metrics import hit_rate_between, parse_prefix_cache_counters
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Sample, Workload
 
@@ -117,9 +118,26 @@ def test_real_tokenmill_server_each_scenario(run, server, tokenizer, tmp_path):
     assert m.usage_mismatches == sum(q.output_tokens != 6 for q in result.queries)
     assert all(0 < q.output_tokens <= 8 for q in result.queries)
     assert all(q.ttft_s is not None and q.ttft_s <= q.latency_s for q in result.queries)
+    # The server's counters: every chat prompt starts with the template's system block, cached after the first.
+    assert m.prefix_cache_hit_rate is not None and 0 < m.prefix_cache_hit_rate <= 1
     if scenario != "singlestream":
         key = "Tokens per second" if scenario == "offline" else "Completed tokens per second"
         assert float(m.loadgen[key]) == pytest.approx(m.tokens_per_s, rel=0.1)
+
+
+def test_prefix_cache_counters_of_tokenmill_and_vllm_and_the_rate_between():
+    tokenmill = ("# HELP tokenmill:prefix_cache_hits_total x\n# TYPE tokenmill:prefix_cache_hits_total counter\n"
+                 "tokenmill:prefix_cache_hits_total 30.0\ntokenmill:prefix_cache_queries_total 120.0\n")
+    vllm = ('vllm:prefix_cache_queries_total{engine="0",model_name="m"} 100.0\n'
+            'vllm:prefix_cache_queries_total{engine="1",model_name="m"} 50.0\n'
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 40.0\n'
+            'vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e9\n')
+    assert parse_prefix_cache_counters(tokenmill) == (30.0, 120.0)
+    assert parse_prefix_cache_counters(vllm) == (40.0, 150.0)
+    assert parse_prefix_cache_counters("tokenmill:prefix_cache_hits_total 3.0\n") is None
+    assert hit_rate_between((30.0, 120.0), (90.0, 220.0)) == pytest.approx(0.6)
+    assert hit_rate_between((30.0, 120.0), (30.0, 120.0)) is None  # nothing looked up in between
+    assert hit_rate_between(None, (1.0, 2.0)) is None
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -30,7 +30,8 @@ class FakeClock:
 
 
 def router(*names: str, **config) -> Router:
-    r = Router(RouterConfig(**config), clock=FakeClock())
+    """Weight 1 unless given: the tests' cost arithmetic reads block for block."""
+    r = Router(RouterConfig(**{"overlap_weight": 1.0, **config}), clock=FakeClock())
     for name in names:
         r.add_worker(name)
     return r
@@ -159,8 +160,9 @@ def test_worker_table_errors():
 
 def test_worker_load_from_engine_stats():
     stats = EngineStats(num_running=3, num_waiting=2, kv_blocks_total=64, kv_blocks_used=40, prefix_cache_queries=0,
-                        prefix_cache_hits=0, num_preemptions=0, prompt_tokens=0, generation_tokens=0)
-    assert WorkerLoad.from_stats(stats, prefill_tokens_queued=128) == WorkerLoad(3, 2, 40, 64, 128)
+                        prefix_cache_hits=0, num_preemptions=0, prompt_tokens=0, generation_tokens=0,
+                        prefill_tokens_queued=128)
+    assert WorkerLoad.from_stats(stats) == WorkerLoad(3, 2, 40, 64, 128)
     with pytest.raises(ValueError, match="kv_blocks_used"):
         WorkerLoad(kv_blocks_used=65, kv_blocks_total=64)
     with pytest.raises(ValueError, match="num_waiting"):

@@ -42,7 +42,7 @@ def test_goes_to_the_worker_holding_the_prefix():
 
 
 def test_moves_away_when_load_outweighs_overlap():
-    policy = KvPolicy(index_with(b=4))
+    policy = KvPolicy(index_with(b=4), overlap_weight=1.0)
     # b: 0 uncached + 3 used = 3 < a: 4 uncached + 0 used -> stays on b
     assert policy.choose(REQUEST, [worker("a"), worker("b", used=3)]).worker_id == "b"
     # b: 0 + 5 = 5 > a: 4 + 0 -> the load term wins
@@ -51,6 +51,10 @@ def test_moves_away_when_load_outweighs_overlap():
     # a heavier overlap weight makes the cache worth more: b: 5 < a: 2 * 4
     heavy = KvPolicy(policy.index, overlap_weight=2.0)
     assert heavy.choose(REQUEST, [worker("a"), worker("b", used=5)]).worker_id == "b"
+    # the default weight (4): b: 0 + 15 = 15 < a: 4 * 4 = 16 -> stays; one block more -> moves
+    default = KvPolicy(policy.index)
+    assert default.choose(REQUEST, [worker("a"), worker("b", used=15)]).worker_id == "b"
+    assert default.choose(REQUEST, [worker("a"), worker("b", used=17)]).worker_id == "a"
 
 
 def test_temperature_spreads_choices_by_softmax():

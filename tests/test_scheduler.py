@@ -57,6 +57,20 @@ def test_chunked_prefill_mixes_with_decodes():
     assert pool.num_free_blocks == pool.num_blocks
 
 
+def test_prefill_tokens_queued_counts_prompt_tokens_not_yet_computed():
+    pool, kv, sched = make(budget=8)
+    a, b = req("a", 3, max_tokens=6), req("b", 20, max_tokens=2)
+    sched.add(a)
+    sched.add(b)
+    assert sched.num_prefill_tokens_queued() == 23  # nothing computed yet
+    run_step(sched)  # a's 3 tokens and 5 of b's
+    assert sched.num_prefill_tokens_queued() == 15  # a decodes (its 1 pending token is not prefill)
+    run_step(sched)
+    assert sched.num_prefill_tokens_queued() == 8
+    drain(sched, pool)
+    assert sched.num_prefill_tokens_queued() == 0
+
+
 def test_max_num_seqs_and_budget_respected():
     pool, kv, sched = make(max_seqs=3, budget=10)
     reqs = [req(str(i), 5, max_tokens=3, first=100 * i) for i in range(7)]

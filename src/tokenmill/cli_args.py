@@ -74,6 +74,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help="largest accepted request body; larger bodies get 413 (default 1 MiB)")
     g.add_argument("--max-tokens-limit", type=int, default=None,
                    help="cap on max_tokens per request; also bounds the default when a request gives none")
+    g.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="on SIGTERM or Ctrl-C: stop accepting connections, let in-flight requests finish for up "
+                        "to this long, then end the rest with an error and stop the engine (and the Ray instance "
+                        "it started); default 30, 0 ends them at once")
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +86,9 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
                    help="engine workers as Ray actors behind a router (default 1: one in-process engine, no Ray)")
     g.add_argument("--router", default="kv", choices=["kv", "round-robin", "random", "least-loaded"],
                    help="routing policy (kv: the worker already holding the prompt's prefix, weighed against load)")
-    g.add_argument("--router-overlap-weight", type=float, default=1.0,
-                   help="kv router: cost of one uncached prompt block, in blocks of decode load")
+    g.add_argument("--router-overlap-weight", type=float, default=4.0,
+                   help="kv router: cost of one uncached prompt block, in blocks of decode load (default 4; "
+                        "higher keeps prefixes on the worker caching them, lower spreads load)")
     g.add_argument("--router-temperature", type=float, default=0.0,
                    help="kv router: 0 picks the lowest cost; > 0 samples softmax(-cost / T) to spread ties")
     g.add_argument("--ray-address", default=None,
@@ -139,3 +144,5 @@ def check_server_args(args: argparse.Namespace) -> None:
         raise ValueError(f"max_body_bytes: must be positive, got {args.max_body_bytes}")
     if args.max_tokens_limit is not None and args.max_tokens_limit < 1:
         raise ValueError(f"max_tokens_limit: must be positive, got {args.max_tokens_limit}")
+    if not args.shutdown_timeout >= 0:
+        raise ValueError(f"shutdown_timeout: must be >= 0 seconds, got {args.shutdown_timeout}")

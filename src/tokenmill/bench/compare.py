@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tokenmill.bench.report import MISSING, fmt_cost, fmt_num, format_columns, unique_labels
+from tokenmill.bench.report import MISSING, fmt_cost, fmt_num, fmt_rate, format_columns, unique_labels
 from tokenmill.bench.results import BenchResult, load_result
 
 # (row name, the figure, how to print it). The figure is what the ratio divides.
@@ -21,9 +21,11 @@ _ROWS: list[_Row] = [
     ("output tokens/s", lambda r: r.metrics.tokens_per_s, fmt_num),
     ("requests/s", lambda r: r.metrics.requests_per_s, lambda v: fmt_num(v, 2)),
     ("TTFT p50 (ms)", lambda r: _pct(r.metrics.ttft_ms, "p50"), fmt_num),
+    ("TTFT p90 (ms)", lambda r: _pct(r.metrics.ttft_ms, "p90"), fmt_num),
     ("TTFT p99 (ms)", lambda r: _pct(r.metrics.ttft_ms, "p99"), fmt_num),
     ("TPOT p50 (ms)", lambda r: _pct(r.metrics.tpot_ms, "p50"), fmt_num),
     ("TPOT p99 (ms)", lambda r: _pct(r.metrics.tpot_ms, "p99"), fmt_num),
+    ("prefix-cache hit rate", lambda r: r.metrics.prefix_cache_hit_rate, fmt_rate),
     ("goodput (req/s)", lambda r: r.metrics.goodput_rps, lambda v: fmt_num(v, 2)),
     ("cost / M tokens", lambda r: r.metrics.cost_per_million_tokens, fmt_cost),
 ]
@@ -67,8 +69,8 @@ def format_comparison(results: list[BenchResult]) -> str:
              f"{len(results)} targets"]
     lines += [f"WARNING: {w}" for w in comparison_warnings(results, labels)]
     lines.append(format_columns(header, rows))
-    lines.append(f"Ratios are each target's figure / {base}'s: above 1x is better for throughput "
-                 "and goodput, worse for latency and cost.")
+    lines.append(f"Ratios are each target's figure / {base}'s: above 1x is better for throughput, "
+                 "goodput and hit rate, worse for latency and cost.")
     return "\n".join(lines) + "\n"
 
 

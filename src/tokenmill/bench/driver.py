@@ -39,6 +39,8 @@ class DriverRun:
     """Sample index -> output text of its last completed query (accuracy scoring)."""
     wall_s: float
     """Whole LoadGen test, start to end, on the client clock."""
+    t0_unix: float
+    """Wall-clock time (Unix seconds) of the records' time 0."""
 
 
 class LoadGenDriver:
@@ -54,7 +56,7 @@ class LoadGenDriver:
         self._records: list[QueryRecord] = []
         self._texts: dict[int, str] = {}
         self._lock = threading.Lock()
-        self._t0 = 0.0
+        self._t0 = self._t0_unix = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._limit: asyncio.Semaphore | None = None
         self._bar = None
@@ -81,7 +83,7 @@ class LoadGenDriver:
             sut = lg.ConstructSUT(self._issue_queries, _flush_queries)
             qsl = lg.ConstructQSL(n, n, _load_samples, _load_samples)
             self._bar = self._progress_bar(n)
-            self._t0 = time.perf_counter()
+            self._t0, self._t0_unix = time.perf_counter(), time.time()
             try:
                 lg.StartTestWithLogSettings(sut, qsl, test_settings, log_settings)
             finally:
@@ -98,7 +100,7 @@ class LoadGenDriver:
                 thread.join(timeout=10)
                 loop.close()
         self._records.sort(key=lambda r: r.issued_s)
-        return DriverRun(self._records, self._texts, wall)
+        return DriverRun(self._records, self._texts, wall, self._t0_unix)
 
     # ---- LoadGen callbacks (LoadGen's threads) --------------------------------------
 

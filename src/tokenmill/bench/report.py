@@ -64,6 +64,10 @@ def fmt_pct(p: Percentiles | None, key: str) -> str:
     return MISSING if p is None else f"{getattr(p, key):,.1f}"
 
 
+def fmt_rate(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.1%}"
+
+
 def fmt_cost(usd: float | None) -> str:
     if usd is None:
         return MISSING
@@ -197,6 +201,8 @@ def _results_block(r: BenchResult) -> list[str]:
         ("cost / M tokens", _cost_line(r)),
         ("errors", _errors_line(r)),
         ("usage mismatches", f"{m.usage_mismatches} (server's token count != client's)"),
+        ("prefix-cache hit rate", "n/a (no counters)" if m.prefix_cache_hit_rate is None
+         else f"{fmt_rate(m.prefix_cache_hit_rate)} of prompt tokens (the target's own counters over the run)"),
     ])
 
 

@@ -127,6 +127,9 @@ class Metrics:
     """Queries whose server-reported token count differs from the client's count."""
     loadgen: dict = field(default_factory=dict)
     """LoadGen's own figures from its summary (tokens/s, TTFT/TPOT percentiles)."""
+    prefix_cache_hit_rate: float | None = None
+    """The server's prefix-cache hit rate over the run (its /metrics counters
+    read before and after; bench/server_metrics.py); None when not exposed."""
 
 
 @dataclass
@@ -153,6 +156,9 @@ class BenchResult:
     """ISO-8601 UTC time the run started."""
     accuracy: dict | None = None
     """Accuracy-mode scores, when the run was one."""
+    t0_unix: float | None = None
+    """Wall-clock time (Unix seconds) of the queries' time 0 (their ``*_s``
+    fields count from it): lines them up with server logs or injected faults."""
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

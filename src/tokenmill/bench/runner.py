@@ -15,6 +15,7 @@ from tokenmill.bench.driver import LoadGenDriver
 from tokenmill.bench.loadgen_log import read_summary
 from tokenmill.bench.metrics import compute_metrics
 from tokenmill.bench.results import BenchResult, Verdict
+from tokenmill.bench.server_metrics import hit_rate_between, read_prefix_cache_counters
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Workload
 
@@ -43,7 +44,10 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     run_dir = Path(run_dir)
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     backend = target.make_backend()
+    counters = _cache_counter_reader(target, backend)
+    before = counters()
     run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
+    after = counters()
     verdict, figures = read_summary(run_dir)
     if settings.mode == "accuracy":
         verdict = Verdict("ACCURACY", verdict.checks, [])
@@ -66,7 +70,9 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
         queries=run.records,
         log_dir=str(run_dir),
         created=created,
+        t0_unix=run.t0_unix,
     )
+    result.metrics.prefix_cache_hit_rate = hit_rate_between(before, after)
     if settings.mode == "accuracy":
         from tokenmill.bench.accuracy import score_accuracy
         result.accuracy = score_accuracy(run_dir, workload)
@@ -75,6 +81,17 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
         from tokenmill.bench.plots import plot_latency_distributions
         plot_latency_distributions(result, run_dir / "latency.png")
     return result
+
+
+def _cache_counter_reader(target: Target, backend) -> Callable[[], tuple[float, float] | None]:
+    """(hits, queries) of the target's prefix cache: an HTTP server's /metrics, the engine's stats."""
+    if target.kind != "openai":
+        def engine_counters():
+            stats = backend.engine.stats()
+            return float(stats.prefix_cache_hits), float(stats.prefix_cache_queries)
+        return engine_counters
+    headers = {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else None
+    return lambda: read_prefix_cache_counters(backend.label, headers)
 
 
 def slug(text: str) -> str:

@@ -141,7 +141,7 @@ class ClusterEngine:
                 continue
             for name in ("num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used", "prefix_cache_queries",
                          "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens",
-                         "forward_retries"):
+                         "forward_retries", "prefill_tokens_queued"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             for mine, theirs in ((total.request_failures, s.request_failures),
                                  (total.aborted_requests, s.aborted_requests)):
@@ -268,7 +268,8 @@ class ClusterEngine:
             s = h.stats
             out.append({"id": worker_id, "node": h.info.node_id, "pid": h.info.pid, "alive": h.alive,
                         "role": "aggregated",
-                        "load": {"running": s.num_running, "waiting": s.num_waiting} if s else None,
+                        "load": {"running": s.num_running, "waiting": s.num_waiting,
+                                 "prefill_tokens_queued": s.prefill_tokens_queued} if s else None,
                         "kv_blocks_used": s.kv_blocks_used if s else None,
                         "kv_blocks_total": s.kv_blocks_total if s else None,
                         "kv_usage": s.kv_usage if s else None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
+from tokenmill.cluster.router.policies.kv import DEFAULT_OVERLAP_WEIGHT
 from tokenmill.config import EngineConfig
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ class ClusterOptions:
     """Engine workers (Ray actors); 1 serves in-process without Ray."""
     router: str = "kv"
     """Routing policy: kv, round-robin, random, least-loaded."""
-    router_overlap_weight: float = 1.0
+    router_overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
     """kv policy: cost of one prompt block not cached on a worker, in blocks of decode load."""
     router_temperature: float = 0.0
     """kv policy: 0 picks the lowest cost; > 0 samples softmax(-cost / T)."""

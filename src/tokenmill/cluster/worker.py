@@ -157,7 +157,7 @@ class EngineWorker:
         from tokenmill.engine.request import RequestStatus
 
         ids = list(self.core.scheduler.requests)
-        self.core.finish_requests(ids, RequestStatus.FINISHED_ERROR)
+        self.core.finish_requests(ids, RequestStatus.FINISHED_ABORTED, "error")  # counted as the in-process engine does
         error = failure_message("forward", "the worker's engine step raised")
         return EngineCoreOutputs([EngineCoreOutput(rid, [], "error", error=error) for rid in ids], self.core.stats())
 

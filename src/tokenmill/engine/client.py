@@ -47,6 +47,8 @@ class EngineStats:
     """Requests the engine failed on their own, by stage: 'forward', 'sampling', 'output' (cumulative)."""
     aborted_requests: dict[str, int] = field(default_factory=dict)
     """Requests ended before they finished, by reason (ABORT_REASONS; cumulative)."""
+    prefill_tokens_queued: int = 0
+    """Prompt tokens waiting or admitted whose K/V is not computed yet (a gauge)."""
 
     @property
     def kv_usage(self) -> float:

@@ -261,6 +261,7 @@ class EngineCore:
             forward_retries=self.num_forward_retries,
             request_failures=dict(self.request_failures),
             aborted_requests=dict(self.aborted_requests),
+            prefill_tokens_queued=self.scheduler.num_prefill_tokens_queued(),
         )
 
     def subscribe_kv_events(self, capacity: int = DEFAULT_EVENT_CAPACITY) -> None:

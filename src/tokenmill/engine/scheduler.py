@@ -80,6 +80,14 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def num_prefill_tokens_queued(self) -> int:
+        """Prompt (and resumed) tokens admitted or waiting whose K/V is not yet
+        computed: the prefill work ahead of this engine. A decoding request's
+        one pending token is not prefill; a waiting request counts in full
+        (its prefix-cache hits are not known before admission)."""
+        pending = (req.num_tokens - req.num_computed_tokens for req in self.requests.values())
+        return sum(n for n in pending if n > 1)
+
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self._schedule_running(out, self.max_num_batched_tokens)

@@ -32,6 +32,8 @@ class EngineStatsCollector:
         gauges = [
             ("num_requests_running", "Requests in the running batch.", s.num_running),
             ("num_requests_waiting", "Requests waiting for admission.", s.num_waiting),
+            ("prefill_tokens_queued", "Prompt tokens admitted or waiting whose KV is not computed yet.",
+             s.prefill_tokens_queued),
             ("kv_cache_usage_perc", "Fraction of KV cache blocks in use (0-1).", s.kv_usage),
             ("kv_blocks_used", "KV cache blocks held by requests.", s.kv_blocks_used),
             ("kv_blocks_total", "KV cache blocks allocated.", s.kv_blocks_total),
@@ -85,6 +87,8 @@ def cluster_metrics(engine):
                    lambda w: w["kv_usage"] or 0.0),
                   ("worker_num_requests_running", "Requests in the worker's running batch.",
                    lambda w: (w["load"] or {}).get("running", 0)),
+                  ("worker_prefill_tokens_queued", "Prompt tokens queued for prefill on the worker.",
+                   lambda w: (w["load"] or {}).get("prefill_tokens_queued", 0)),
                   ("worker_prefix_cache_hit_rate", "The worker's prefix-cache hit rate.",
                    lambda w: w["prefix_cache_hit_rate"] or 0.0)]
     workers = engine.describe_workers()

@@ -26,6 +26,9 @@ class ServerOptions:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_tokens_limit: int | None = None
     log_level: str = "info"
+    shutdown_timeout_s: float = 30.0
+    """Drain on SIGTERM/SIGINT: uvicorn stops accepting and waits this long for
+    in-flight requests (streams included) before it cancels them."""
     cluster: object | None = None
     """cluster.launch.ClusterOptions; with workers > 1 the engine is a ClusterEngine on Ray."""
 
@@ -67,7 +70,13 @@ def banner(engine, url: str) -> str:
 
 
 def serve(config: EngineConfig, options: ServerOptions) -> None:
-    """Load the engine, bind, serve until interrupted, then stop the engine."""
+    """Load the engine, bind, serve until interrupted, then stop the engine.
+
+    Shutdown order: uvicorn closes the listening socket, in-flight requests
+    run to completion (``shutdown_timeout_s`` at most; those still running then
+    are cancelled, which aborts them in the engine), and only then is the
+    engine stopped (a cluster's workers killed, a Ray instance it started shut
+    down)."""
     from tokenmill.engine.async_engine import AsyncEngine
 
     sock = bind_socket(options.host, options.port)  # fail fast, before loading weights
@@ -80,7 +89,8 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
         app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
                         max_tokens_limit=options.max_tokens_limit)
         print(banner(engine, url_of(sock)), flush=True)
-        uv_config = uvicorn.Config(app, log_level=options.log_level, timeout_graceful_shutdown=5)
+        uv_config = uvicorn.Config(app, log_level=options.log_level,
+                                   timeout_graceful_shutdown=options.shutdown_timeout_s)
         uvicorn.Server(uv_config).run(sockets=[sock])
     finally:
         engine.shutdown()

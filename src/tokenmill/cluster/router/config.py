@@ -6,13 +6,14 @@ import math
 from dataclasses import dataclass
 
 from tokenmill.cluster.router.policies import POLICIES
+from tokenmill.cluster.router.policies.kv import DEFAULT_OVERLAP_WEIGHT
 
 
 @dataclass(frozen=True)
 class RouterConfig:
     policy: str = "kv"
     """Which routing policy: one of ``POLICIES`` (round-robin, random, least-loaded, kv)."""
-    overlap_weight: float = 1.0
+    overlap_weight: float = DEFAULT_OVERLAP_WEIGHT
     """kv: weight of the uncached-prefill term against the decode-load term (both in blocks).
     Higher favours cache hits (TTFT); lower favours spreading load (ITL)."""
     temperature: float = 0.0

@@ -57,10 +57,10 @@ class WorkerLoad:
             raise ValueError(f"kv_blocks_used: {self.kv_blocks_used} exceeds kv_blocks_total {self.kv_blocks_total}")
 
     @classmethod
-    def from_stats(cls, stats: EngineStats, prefill_tokens_queued: int = 0) -> WorkerLoad:
-        """The load part of an engine's ``EngineStats`` snapshot (which has no prefill queue figure)."""
+    def from_stats(cls, stats: EngineStats) -> WorkerLoad:
+        """The load part of an engine's ``EngineStats`` snapshot."""
         return cls(stats.num_running, stats.num_waiting, stats.kv_blocks_used, stats.kv_blocks_total,
-                   prefill_tokens_queued)
+                   stats.prefill_tokens_queued)
 
 
 @dataclass(frozen=True)
