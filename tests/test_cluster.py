@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -91,6 +92,61 @@ def test_a_client_that_leaves_frees_its_blocks_on_the_worker(cluster):
 
     assert asyncio.run(run())
     assert cluster.stats().aborted_requests.get("client_disconnect", 0) >= 1
+
+
+class _SubmitReportsFailureOnce:
+    """A worker's actor handle whose first submit reaches the worker but reports
+    a failure, as Ray does for an actor that became unreachable ("the task may
+    or may not have been executed on the actor")."""
+
+    def __init__(self, actor, shared: dict):
+        self._actor, self._shared = actor, shared
+
+    def __getattr__(self, name):
+        return getattr(self._actor, name)
+
+    @property
+    def submit(self):
+        handle = self
+
+        class Method:
+            @staticmethod
+            def remote(data):
+                ref = handle._actor.submit.remote(data)
+                if handle._shared.get("failed"):
+                    return ref
+
+                async def report_failure():
+                    await ref
+                    raise RuntimeError("the actor is temporarily unavailable (simulated)")
+                handle._shared["failed"] = True
+                return report_failure()
+        return Method()
+
+
+def test_a_request_whose_submit_fails_moves_on_without_duplicates(cluster):
+    """The router chose a worker that the pollers still think alive, and the
+    submit raised: the request moves to the other worker; the copy that did
+    reach the first one is ended there, and the client gets exactly the tokens
+    of a fault-free run. The first worker rejoins at its next answered poll."""
+    prompt, params = list(range(400, 437)), SamplingParams(max_tokens=40, temperature=0.8, seed=9, ignore_eos=True)
+    expected = LLMEngine(CONFIG).generate([prompt], [params])[0].token_ids
+    originals, shared = {w: h.actor for w, h in cluster.workers.items()}, {}
+    for handle in cluster.workers.values():
+        handle.actor = _SubmitReportsFailureOnce(handle.actor, shared)
+    migrations = cluster.num_migrations
+    try:
+        tokens, final = asyncio.run(collect(cluster, prompt, params, "flaky-submit"))
+    finally:
+        for worker_id, handle in cluster.workers.items():
+            handle.actor = originals[worker_id]
+    assert shared["failed"] and cluster.num_migrations == migrations + 1
+    assert final.finish_reason == "length" and tokens == expected
+    deadline = time.monotonic() + 30
+    while not all(h.alive for h in cluster.workers.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert all(h.alive for h in cluster.workers.values())
+    assert cluster.stats().num_running == 0  # the stale copy was ended, not left running
 
 
 def test_a_dead_workers_requests_move_on_or_fail_cleanly(cluster):

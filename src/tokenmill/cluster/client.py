@@ -121,7 +121,10 @@ class ClusterEngine:
             self._inflight[rid] = _InFlight(request, routed_tokens=len(request.prompt_token_ids))
         finished = False
         try:
-            await self.workers[decision.worker_id].actor.submit.remote(encode(request))
+            try:
+                await self.workers[decision.worker_id].actor.submit.remote(encode(request))
+            except Exception as exc:  # its worker died after the router chose it: move the request on
+                await asyncio.to_thread(self._submit_failed, rid, decision.worker_id, exc)
             async for item in stream.outputs():
                 finished = item.finished
                 yield item
@@ -200,36 +203,64 @@ class ClusterEngine:
         with self._lock:
             ids = [rid for rid, w in self._route.items() if w == worker_id]
         for rid in ids:
-            if not self._migrate(rid):
-                self._fail(rid, f"the engine worker serving this request died ({type(exc).__name__})")
+            self._move_or_fail(rid, worker_id, exc)
 
-    def _migrate(self, request_id: str) -> bool:
+    def _submit_failed(self, request_id: str, worker_id: str, exc: Exception) -> None:
+        """Submitting to ``worker_id`` raised (it died or is restarting; the
+        poller may not have noticed yet): the worker is down for routing, and
+        this request moves on like the ones it was already running."""
+        if self.workers[worker_id].alive:
+            self._worker_died(worker_id, exc)  # moves this request with the others
+        else:
+            self._move_or_fail(request_id, worker_id, exc)
+
+    def _move_or_fail(self, request_id: str, worker_id: str, exc: Exception) -> None:
+        if not self._migrate(request_id, worker_id):
+            self._fail(request_id, f"the engine worker serving this request died ({type(exc).__name__})")
+
+    def _migrate(self, request_id: str, from_worker: str) -> bool:
         """Re-send a request as a continuation: its prompt plus the tokens its
         client already has (core_messages.ResumeState). The new worker computes
         their KV and samples the next position; seeded sampling is counter-based,
-        so the stream continues as if nothing happened, no token lost or repeated."""
+        so the stream continues as if nothing happened, no token lost or repeated.
+        Only the caller that finds the request still routed to ``from_worker``
+        moves it (the poller and a failed submit can both try); the route is
+        None while it moves."""
         with self._lock:
             flight = self._inflight.get(request_id)
-            if flight is None or flight.migrations >= self.migration_limit:
+            if flight is None or self._route.get(request_id) != from_worker:
+                return True  # ended meanwhile, or already moved by the other caller
+            if flight.migrations >= self.migration_limit:
                 return False
+            self._route[request_id] = None
             request = flight.continuation()
             flight.migrations += 1
-            self._released(self._route.get(request_id), flight)
+            self._released(from_worker, flight)
             tokens = list(request.prompt_token_ids) + request.resume.output_token_ids
             flight.routed_tokens = len(tokens)
+        import ray
+
         try:
             with self._router_lock:
                 decision = self.router.route(tokens)
-            import ray
-            ray.get(self.workers[decision.worker_id].actor.submit.remote(encode(request)), timeout=30)
-        except Exception as exc:  # no live worker, or it failed too: the request ends with an error
+        except NoWorkerAvailable as exc:
             log.error("migrating request %s failed: %s", request_id, exc)
+            return False
+        with self._lock:  # routed before it is sent: its first outputs may beat the submit's answer
+            self._route[request_id] = decision.worker_id
+        try:
+            ray.get(self.workers[decision.worker_id].actor.submit.remote(encode(request)), timeout=30)
+        except Exception as exc:  # that worker failed too: the request ends with an error
+            log.error("migrating request %s to %s failed: %s", request_id, decision.worker_id, exc)
+            with self._lock:
+                if self._route.get(request_id) == decision.worker_id:
+                    self._route[request_id] = None
+                self._released(decision.worker_id, flight)
             return False
         with self._lock:
             if request_id not in self._inflight:  # finished or aborted meanwhile: take it back
                 self._send_finish(decision.worker_id, [request_id], RequestStatus.FINISHED_ABORTED, "abort")
                 return True
-            self._route[request_id] = decision.worker_id
             self.num_migrations += 1
         log.warning("request %s moved to %s after %d tokens", request_id, decision.worker_id,
                     len(request.resume.output_token_ids))
@@ -283,7 +314,14 @@ class ClusterEngine:
             if step.kv_events is not None:
                 self.router.apply_kv_events(worker_id, step.kv_events)
         with self._lock:
-            done = self.output_processor.process(step.outputs)
+            # Only the worker a request is routed to speaks for it: a copy left on
+            # a worker it moved away from (one that was unreachable, not dead) is
+            # ended there, and its tokens are not the client's.
+            current = [o for o in step.outputs if self._route.get(o.request_id) == worker_id]
+            stale = [o.request_id for o in step.outputs
+                     if o.request_id in self._route and self._route[o.request_id] != worker_id
+                     and o.finish_reason is None]
+            done = self.output_processor.process(current)
             self._output_failures += len(done.failed)
             streams = []
             for out in done.outputs:
@@ -296,6 +334,8 @@ class ClusterEngine:
                 streams.append((stream, out))
         for request_id, status in done.finish:
             self._send_finish(worker_id, [request_id], status, None)
+        if stale:
+            self._send_finish(worker_id, stale, RequestStatus.FINISHED_ABORTED, "abort")
         for stream, out in streams:
             if stream is not None:
                 stream.put(out)
