@@ -29,11 +29,12 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"])
     ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])
+    ap.add_argument("--linear-backend", default="auto", choices=["auto", "onednn", "torch"])
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
                                     quantization=args.quantization, attention_backend=args.attention_backend,
-                                    fused_ops=args.fused_ops))
+                                    fused_ops=args.fused_ops, linear_backend=args.linear_backend))
     params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)
@@ -59,7 +60,8 @@ def main(argv=None) -> None:
         attention.append(kernel_s[0])
     step = statistics.median(times)
     label = (f"{engine.core.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
-             + f" attention {engine.core.attention_backend}, fused ops {engine.core.fused_ops}")
+             + f" attention {engine.core.attention_backend}, fused ops {engine.core.fused_ops}"
+             + f", linears {engine.core.linear_backend}")
     split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel is not None else ""
     print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms{split} "
           f"-> {args.batch / step:.0f} tok/s")

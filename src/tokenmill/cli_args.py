@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokenmill.config import ATTENTION_BACKENDS, DTYPES, FUSED_OPS, LOAD_FORMATS, EngineConfig
+from tokenmill.config import ATTENTION_BACKENDS, DTYPES, FUSED_OPS, LINEAR_BACKENDS, LOAD_FORMATS, EngineConfig
 
 DEFAULT_PORT = 8000
 # Mirrors tokenmill.serve.api.DEFAULT_MAX_BODY_BYTES; repeated so --help need not import FastAPI.
@@ -39,6 +39,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                    help="residual add + RMSNorm, rotary embedding, SiLU-and-mul and the greedy argmax: cpp "
                         "(fused C++ kernels; CPU, "
                         "float32/bfloat16, built with the attention kernel) or torch; auto: cpp where it applies")
+    g.add_argument("--linear-backend", choices=LINEAR_BACKENDS, default="auto",
+                   help="linear layers: onednn (weights prepacked once at load for oneDNN; CPU) or torch "
+                        "(F.linear); auto: onednn on CPU in bfloat16, torch otherwise")
     g.add_argument("--deterministic", action="store_true",
                    help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "
@@ -129,6 +132,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
         served_model_name=args.served_model_name, device=args.device, dtype=args.dtype,
         quantization=args.quantization, attention_backend=args.attention_backend, fused_ops=args.fused_ops,
+        linear_backend=args.linear_backend,
         deterministic=args.deterministic, max_model_len=args.max_model_len, block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
         enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,

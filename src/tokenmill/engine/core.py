@@ -47,6 +47,7 @@ from tokenmill.engine.resolve import (
     resolve_device,
     resolve_dtype,
     resolve_fused_ops,
+    resolve_linear_backend,
 )
 from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow
@@ -54,6 +55,7 @@ from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.engine.verify import accept_exact
 from tokenmill.errors import RequestError
 from tokenmill.kernels.invariant_linear import make_batch_invariant
+from tokenmill.kernels.packed_linear import prepack_linears
 from tokenmill.kernels.quantize import quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
@@ -74,6 +76,8 @@ class EngineCore:
         # Checked before the weights load: a configuration that cannot be
         # batch-invariant fails fast, naming the field.
         invariant_kernels = resolve_deterministic(config, self.device, self.dtype) if config.deterministic else None
+        self.linear_backend = resolve_linear_backend(config, self.device, self.dtype)
+        """What runs the linears: onednn | torch | invariant | int8 | int4."""
         source = config.model or str(embedded_gguf_path())
         loaded = load_model(source, config.load_format, self.device, self.dtype, seed=config.seed)
         self.arch = loaded.arch
@@ -84,6 +88,8 @@ class EngineCore:
             quantize_model(self.model, config.quantization)
         if invariant_kernels is not None:
             make_batch_invariant(self.model, invariant_kernels)
+        if self.linear_backend == "onednn":  # after the swaps above: packs what they left
+            prepack_linears(self.model)
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
         self.eos_token_ids = tuple(self.arch.eos_token_ids)
         """EOS ids for requests that bring none (no tokenizer on the caller's side)."""

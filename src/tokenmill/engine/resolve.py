@@ -54,6 +54,30 @@ def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype):
     return ("cpp", cpp_fused_ops(module)) if module is not None else ("torch", TORCH_FUSED_OPS)
 
 
+def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> str:
+    """What runs the linear layers: "invariant" (--deterministic), the
+    quantization ("int8", "int4"), else "onednn" or "torch" per
+    ``config.linear_backend``. auto: onednn on CPU in bfloat16 where torch has
+    oneDNN (float32 measured no faster: kernels/packed_linear.py). A ValueError
+    naming ``linear_backend`` where onednn was asked for and cannot run."""
+    from tokenmill.kernels.packed_linear import onednn_available
+
+    backend = config.linear_backend
+    replaced_by = "invariant" if config.deterministic else config.quantization
+    if replaced_by is not None:
+        if backend == "onednn":
+            why = "--deterministic" if config.deterministic else f"quantization {config.quantization!r}"
+            raise ValueError(f"linear_backend: onednn packs full-precision weights; {why} brings its own kernels")
+        return replaced_by
+    fits = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_available()
+    if backend == "onednn" and not fits:
+        raise ValueError(f"linear_backend: onednn runs on CPU in float32 or bfloat16 with a torch built "
+                         f"with oneDNN, not {device.type} {str(dtype).removeprefix('torch.')}")
+    if backend == "auto":
+        return "onednn" if fits and dtype == torch.bfloat16 else "torch"
+    return backend
+
+
 def _cpu_kernels(field: str, backend: str, device: torch.device, dtype: torch.dtype):
     """The compiled CPU module when ``field``'s backend should use it, else None;
     a ValueError naming ``field`` when cpp was asked for and cannot run."""
