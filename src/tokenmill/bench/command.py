@@ -140,12 +140,12 @@ def make_target(spec: str, args: argparse.Namespace, engine, tokenizer) -> Targe
 def _start_engine(args):
     from tokenmill.cli_args import engine_config_from_args
     from tokenmill.engine.async_engine import AsyncEngine
-    from tokenmill.engine.engine import LLMEngine
 
-    engine = LLMEngine(engine_config_from_args(args))
+    client = AsyncEngine(engine_config_from_args(args))  # built on its loop thread
+    engine = client.engine
     print(f"engine: {engine.model_name} on {engine.core.device} ({str(engine.core.dtype).removeprefix('torch.')}), "
           f"{engine.config.num_kv_blocks} KV blocks x {engine.config.block_size} tokens", file=sys.stderr)
-    return AsyncEngine(engine)
+    return client
 
 
 def _tokenizer_for(args, engine):

@@ -8,7 +8,7 @@ worker, and each answer carries every step the worker ran since the last one
 (a long poll). So one Ray round trip serves a whole batch of requests'
 tokens, and the per-token cost of the hop stays small.
 
-Inside, the core's step loop runs on its own thread (torch releases the GIL
+Inside, the core is built and its step loop runs on its own thread (torch releases the GIL
 in its kernels); the actor's asyncio loop only moves bytes. Only the loop
 thread touches the core. The worker subscribes to the core's KV events, so
 every step's outputs carry them for the router (a KV-aware router mirrors
@@ -29,6 +29,7 @@ import msgspec
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
+from tokenmill.engine.step_thread import start_step_thread
 from tokenmill.engine.core_messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -60,11 +61,6 @@ class EngineWorker:
         """config_json: an EngineConfig as msgspec JSON (plain data, no pickle)."""
         config = msgspec.json.decode(config_json, type=EngineConfig)
         self.worker_id = worker_id
-        self.core = EngineCore(config)
-        self.core.subscribe_kv_events()
-        self.info = WorkerInfo(worker_id, _node_id(), os.getpid(), self.core.config.served_model_name,
-                               self.core.max_model_len, self.core.arch.vocab_size, self.core.config.block_size,
-                               self.core.tokenizer_source)
         self._inbox: list[tuple[str, bytes]] = []  # ("submit" | "finish", message)
         self._cv = threading.Condition()
         self._stopped = False
@@ -72,8 +68,15 @@ class EngineWorker:
         self._out_lock = threading.Lock()
         self._wakeup: asyncio.Event | None = None  # set from the loop thread when the outbox fills
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._run, name=f"tokenmill-{worker_id}", daemon=True)
-        self._thread.start()
+
+        def build() -> None:  # on the step thread: engine/step_thread.py says why
+            self.core = EngineCore(config)
+            self.core.subscribe_kv_events()
+            self.info = WorkerInfo(worker_id, _node_id(), os.getpid(), self.core.config.served_model_name,
+                                   self.core.max_model_len, self.core.arch.vocab_size,
+                                   self.core.config.block_size, self.core.tokenizer_source)
+
+        self._thread = start_step_thread(build, self._run, f"tokenmill-{worker_id}")
 
     # ---- actor methods (the actor's event loop) -------------------------------------
 

@@ -1,6 +1,7 @@
 """AsyncEngine: the asyncio facade over LLMEngine (implements EngineClient).
 
-The in-process client of an EngineCore: requests are validated and tokenized
+The in-process client of an EngineCore, built and stepped on one loop thread
+(engine/step_thread.py says why the same thread). Requests are validated and tokenized
 on the caller's side (``InputProcessor``, in ``generate``), then handed as
 ``EngineCoreRequest`` messages to the loop thread through a locked inbox. The
 loop thread runs the core's steps and the output processor (torch releases
@@ -19,6 +20,7 @@ from typing import AsyncIterator
 from tokenmill.config import EngineConfig
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.engine.step_thread import start_step_thread
 from tokenmill.errors import QueueFullError, RequestError
 from tokenmill.outputs import RequestOutput
 from tokenmill.sampling_params import SamplingParams
@@ -56,23 +58,27 @@ class OutputStream:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine):
-        self.engine = engine
-        self.model_name = engine.model_name
-        self.max_model_len = engine.max_model_len
-        self.tokenizer = engine.tokenizer
+    def __init__(self, engine: LLMEngine | EngineConfig):
+        """engine: an EngineConfig, built on the loop thread (the fast way on
+        CPU: engine/step_thread.py), or an engine already built (tests)."""
         self._streams: dict[str, OutputStream] = {}
         self._inbox: list[tuple[str, object]] = []  # ("add", EngineCoreRequest) | ("abort", (request_id, reason))
         self._pending_adds = 0
         self._cv = threading.Condition()
         self._stopped = False
-        self._stats = engine.stats()
-        self._thread = threading.Thread(target=self._loop, name="tokenmill-engine", daemon=True)
-        self._thread.start()
+
+        def build() -> None:
+            self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
+            self.model_name = self.engine.model_name
+            self.max_model_len = self.engine.max_model_len
+            self.tokenizer = self.engine.tokenizer
+            self._stats = self.engine.stats()
+
+        self._thread = start_step_thread(build, self._loop, "tokenmill-engine")
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> "AsyncEngine":
-        return cls(LLMEngine(config))
+        return cls(config)
 
     async def generate(self, prompt: str | list[int], params: SamplingParams,
                        request_id: str | None = None) -> AsyncIterator[RequestOutput]:
