@@ -12,6 +12,7 @@ from torch import nn
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.kernels.int4_linear import (
+    DENSE_MIN_ROWS,
     GROUP_SIZE,
     Int4Linear,
     dequantize_groupwise_int4,
@@ -77,6 +78,26 @@ def test_int4_linear_matches_dequantized_reference():
     step = scales.repeat_interleave(GROUP_SIZE, dim=1)
     error = (dequantize_groupwise_int4(codes, scales, zeros) - linear.weight.data).abs()
     assert (error <= step * 0.5 + 1e-6).all()
+
+
+def test_int4_with_a_dense_copy_runs_many_rows_on_it_and_few_on_the_int4_kernel(monkeypatch):
+    torch.manual_seed(3)
+    linear = nn.Linear(96, 48, bias=True)
+    layer = Int4Linear(linear, torch.bfloat16, keep_dense=True)
+    assert layer.dense is not None and Int4Linear(linear, torch.bfloat16).dense is None
+    calls = []
+    kernel = torch._weight_int4pack_mm_for_cpu
+    monkeypatch.setattr(torch, "_weight_int4pack_mm_for_cpu", lambda *a: calls.append("int4") or kernel(*a))
+    dense = layer.dense.forward
+    monkeypatch.setattr(layer.dense, "forward", lambda x: calls.append("dense") or dense(x))
+    for rows, path in ((1, "int4"), (DENSE_MIN_ROWS - 1, "int4"), (DENSE_MIN_ROWS, "dense"), (300, "dense")):
+        x = torch.randn(rows, 96)
+        got = layer(x)
+        assert calls.pop() == path and not calls
+        # The dense copy holds the weight as it was (bf16), the int4 path its 4-bit grid:
+        # each within quantization error of the float32 reference.
+        reference = x @ linear.weight.data.t() + linear.bias.data
+        torch.testing.assert_close(got, reference, rtol=0.1, atol=0.15)
 
 
 def test_int4_rejects_unaligned_width():

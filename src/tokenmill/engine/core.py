@@ -56,7 +56,7 @@ from tokenmill.engine.verify import accept_exact
 from tokenmill.errors import RequestError
 from tokenmill.kernels.invariant_linear import make_batch_invariant
 from tokenmill.kernels.packed_linear import prepack_linears
-from tokenmill.kernels.quantize import quantize_model
+from tokenmill.kernels.quantize import dense_copy_fits, quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 
@@ -84,8 +84,10 @@ class EngineCore:
         self.model = loaded.model
         self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
+        self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
+        """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         if config.quantization is not None:
-            quantize_model(self.model, config.quantization)
+            quantize_model(self.model, config.quantization, keep_dense=self.int4_dense_prefill)
         if invariant_kernels is not None:
             make_batch_invariant(self.model, invariant_kernels)
         if self.linear_backend == "onednn":  # after the swaps above: packs what they left

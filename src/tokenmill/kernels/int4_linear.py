@@ -10,6 +10,14 @@ rounded, to the compute dtype (bf16 on CPU).
 
 CPU uses torch's packed kernel ``_weight_int4pack_mm_for_cpu`` with bf16
 activations. Elsewhere the weight is dequantized per call (memory saving only).
+
+That kernel's time grows with every input row (a matrix-vector kernel run per
+row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the same
+shape, so an int4 prefill chunk would take many times a bf16 one. Where memory
+allows (kernels/quantize.py decides), the layer also keeps a bf16 copy of its
+weight, prepacked for oneDNN (kernels/packed_linear.py), and runs every call
+of ``DENSE_MIN_ROWS`` rows or more on it: prefill and large decode batches at
+bf16 GEMM speed, small decode batches reading the int4 bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ import torch
 from torch import nn
 
 GROUP_SIZE = 32
+DENSE_MIN_ROWS = 5
+"""Calls with this many rows or more use the dense copy, when kept: the int4
+kernel measured as fast as bf16 at 4 rows and 2x slower at 8 (2 cores, Xeon
+with AMX; docs/PERFORMANCE.md, "int4 prefill")."""
 
 
 def quantize_groupwise_int4(weight: torch.Tensor, group_size: int = GROUP_SIZE
@@ -48,7 +60,9 @@ def supports_int4(linear: nn.Linear) -> bool:
 
 
 class Int4Linear(nn.Module):
-    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype):
+    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype, keep_dense: bool = False):
+        """keep_dense: also keep a bf16 copy of the weight for calls of
+        ``DENSE_MIN_ROWS`` rows or more (CPU only)."""
         super().__init__()
         if not supports_int4(linear):
             raise ValueError(f"int4: needs in_features % {GROUP_SIZE} == 0 and out_features % 16 == 0, "
@@ -64,15 +78,19 @@ class Int4Linear(nn.Module):
             # The kernel's scale/zero layout: [in / g, out, 2].
             sz = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
             self.register_buffer("scales_zeros", sz.to(compute_dtype))
+            self.dense = dense_copy(linear, compute_dtype) if keep_dense else None
         else:
             self.register_buffer("codes", codes.to(torch.uint8))
             self.register_buffer("scales", scales.to(compute_dtype))
             self.register_buffer("zeros", zeros.to(compute_dtype))
+            self.dense = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]).to(self.compute_dtype)
-        if self.on_cpu:
+        if self.dense is not None and x2.shape[0] >= DENSE_MIN_ROWS:
+            y = self.dense(x2)
+        elif self.on_cpu:
             y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP_SIZE, self.scales_zeros)
         else:
             w = dequantize_groupwise_int4(self.codes, self.scales, self.zeros).to(self.compute_dtype)
@@ -81,3 +99,14 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
+
+
+def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
+    """A bias-free copy of ``linear`` in ``dtype``: prepacked for oneDNN where
+    torch has it, else a plain nn.Linear."""
+    from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
+
+    copy = nn.Linear(linear.in_features, linear.out_features, bias=False, device=linear.weight.device, dtype=dtype)
+    with torch.no_grad():
+        copy.weight.copy_(linear.weight)
+    return PackedLinear(copy, keep_weight=False) if onednn_available() else copy

@@ -21,6 +21,9 @@ from tokenmill.kernels.int4_linear import Int4Linear, supports_int4
 from tokenmill.kernels.int8_linear import Int8Linear
 
 METHODS = ("int8", "int4")
+DENSE_COPY_MEMORY_FRACTION = 0.25
+"""int4 keeps bf16 copies of its layers for prefill when they fit in this
+share of the memory available at load."""
 
 
 def _compute_dtype(model: nn.Module) -> torch.dtype:
@@ -28,17 +31,39 @@ def _compute_dtype(model: nn.Module) -> torch.dtype:
     return torch.bfloat16 if p.device.type == "cpu" else p.dtype
 
 
-def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype) -> nn.Module:
+def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype, keep_dense: bool) -> nn.Module:
     if method == "int4" and supports_int4(linear):
-        return Int4Linear(linear, compute)
+        return Int4Linear(linear, compute, keep_dense=keep_dense)
     return Int8Linear(linear, compute)
 
 
-def quantize_model(model: nn.Module, method: str) -> None:
-    """Swap the model's linears for quantized ones (see the module docstring)."""
+def dense_copy_fits(model: nn.Module, fraction: float = DENSE_COPY_MEMORY_FRACTION) -> bool:
+    """Whether bf16 copies of the decoder linears (int4's prefill path,
+    kernels/int4_linear.py) take at most ``fraction`` of the memory available
+    now. CPU only: on other devices int4 is a memory saving, not a speed path."""
+    p = next(model.parameters())
+    if p.device.type != "cpu":
+        return False
+    need = sum(getattr(o, a).weight.numel() * 2 for o, a in model.decoder_linears())
+    return need <= fraction * _available_memory_bytes()
+
+
+def _available_memory_bytes() -> int:
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0  # unknown: keep no copy
+
+
+def quantize_model(model: nn.Module, method: str, keep_dense: bool = False) -> None:
+    """Swap the model's linears for quantized ones (see the module docstring).
+    keep_dense: int4 layers keep a bf16 copy for prefill (kernels/int4_linear.py)."""
     if method not in METHODS:
         raise ValueError(f"quantization: must be one of {METHODS}, got {method!r}")
     compute = _compute_dtype(model)
     for owner, name in model.decoder_linears():  # the architecture names its own weights
-        setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute))
+        setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute, keep_dense))
     model.lm_head = Int8Linear(model.lm_head, compute)
