@@ -24,7 +24,7 @@ import msgspec
 
 from tokenmill.cluster.router.types import NoWorkerAvailable, WorkerLoad
 from tokenmill.cluster.worker import WorkerInfo
-from tokenmill.engine.async_engine import OutputStream
+from tokenmill.engine.async_engine import OutputStream, put_all
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.core_messages import (
     EngineCoreFinish,
@@ -336,9 +336,7 @@ class ClusterEngine:
             self._send_finish(worker_id, [request_id], status, None)
         if stale:
             self._send_finish(worker_id, stale, RequestStatus.FINISHED_ABORTED, "abort")
-        for stream, out in streams:
-            if stream is not None:
-                stream.put(out)
+        put_all([(stream, out) for stream, out in streams if stream is not None])
 
     def _end(self, request_id: str, status: RequestStatus, cause: str | None) -> None:
         """End a request here and on its worker (abort, disconnect); a consumer

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import replace
 from typing import AsyncIterator
 
 from tokenmill.config import EngineConfig
@@ -37,24 +38,63 @@ class OutputStream:
         self.queue: asyncio.Queue = asyncio.Queue()
 
     def put(self, item) -> None:
-        # The consumer's loop may be gone (client finished or event loop closed):
-        # then nobody is waiting for this item and dropping it loses nothing.
-        if not self.loop.is_closed():
-            try:
-                self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-            except RuntimeError:
-                log.debug("dropped an output for a closed event loop")
+        put_all([(self, item)])
 
     async def outputs(self) -> AsyncIterator[RequestOutput]:
         """The request's outputs until the finished one; an exception put in
-        its place (the engine stopped) is raised here."""
+        its place (the engine stopped) is raised here. Outputs that queued up
+        while the consumer was busy come as one merged delta (``merge_outputs``):
+        a consumer that falls behind catches up in one iteration, not one per step."""
         while True:
             item = await self.queue.get()
             if isinstance(item, BaseException):
                 raise item
+            ready, error = [item], None
+            while not self.queue.empty() and not ready[-1].finished:
+                nxt = self.queue.get_nowait()
+                if isinstance(nxt, BaseException):  # raised after what came before it
+                    error = nxt
+                    break
+                ready.append(nxt)
+            item = merge_outputs(ready) if len(ready) > 1 else item
             yield item
             if item.finished:
                 return
+            if error is not None:
+                raise error
+
+
+def put_all(items: list[tuple[OutputStream, object]]) -> None:
+    """Hand each (stream, output or exception) to its stream, from any thread:
+    one wake-up of each consumer loop for the whole list (a step's outputs),
+    not one per output. A stream whose loop is gone (client finished, event
+    loop closed) has nobody waiting for it: its items are dropped."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
+    for stream, item in items:
+        by_loop.setdefault(stream.loop, []).append((stream, item))
+    for loop, batch in by_loop.items():
+        if loop.is_closed():
+            continue
+        try:
+            loop.call_soon_threadsafe(_put_batch, batch)
+        except RuntimeError:
+            log.debug("dropped %d outputs for a closed event loop", len(batch))
+
+
+def _put_batch(batch: list[tuple[OutputStream, object]]) -> None:
+    for stream, item in batch:
+        stream.queue.put_nowait(item)
+
+
+def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
+    """Consecutive deltas of one request as one delta: tokens, text and
+    logprobs concatenated, everything else (counts, finish) from the last."""
+    last = outputs[-1]
+    logprobs = None
+    if any(o.logprobs is not None for o in outputs):
+        logprobs = [lp for o in outputs for lp in (o.logprobs or [])]
+    return replace(last, new_token_ids=[t for o in outputs for t in o.new_token_ids],
+                   new_text="".join(o.new_text for o in outputs), logprobs=logprobs)
 
 
 class AsyncEngine:
@@ -145,8 +185,7 @@ class AsyncEngine:
                 self._fail_all(exc, "error")
                 continue
             self._refresh_stats()
-            for out in outputs:
-                self._deliver(out)
+            self._deliver(outputs)
 
     def _apply(self, inbox) -> None:
         adds = 0
@@ -167,12 +206,14 @@ class AsyncEngine:
             self._pending_adds -= adds
             self._stats = self.engine.stats()
 
-    def _deliver(self, out: RequestOutput) -> None:
-        stream = self._streams.get(out.request_id)
-        if out.finished:
-            self._streams.pop(out.request_id, None)
-        if stream is not None:
-            stream.put(out)
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        """A step's outputs to their streams, in one hand-off (``put_all``)."""
+        items = []
+        for out in outputs:
+            stream = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
+            if stream is not None:
+                items.append((stream, out))
+        put_all(items)
 
     def _deliver_final(self, request_id: str, item: RequestOutput | Exception | None) -> None:
         """Hand a request's last item (its final output or an error) to its stream."""
