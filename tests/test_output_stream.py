@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from tokenmill.engine.async_engine import OutputStream, merge_outputs, put_all
-from tokenmill.outputs import RequestOutput, TokenLogprob
+from tokenmill.engine.async_engine import OutputStream, put_all
+from tokenmill.outputs import RequestOutput, TokenLogprob, merge_outputs
 
 
 def _out(tokens, text, finished=False, logprobs=None, n=0):

@@ -74,7 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = engine_config_from_args(args)
     options = ServerOptions(host=args.host, port=args.port, api_key=args.api_key,
                             max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
-                            log_level=args.log_level, shutdown_timeout_s=args.shutdown_timeout,
+                            stream_interval=args.stream_interval, log_level=args.log_level,
+                            shutdown_timeout_s=args.shutdown_timeout,
                             cluster=cluster_options_from_args(args))
     serve(config, options)
     return 0

@@ -27,7 +27,8 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                    help="model name reported by the API (default: the model's file or directory name)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
     g.add_argument("--dtype", choices=DTYPES, default="auto",
-                   help="weights/activations dtype; auto: bfloat16 on CUDA and on CPUs with AVX512-BF16/AMX, else float32")
+                   help="weights/activations dtype; auto: bfloat16 on CUDA and on CPUs with AVX512-BF16/AMX, "
+                        "else float32")
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
@@ -77,6 +78,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help="largest accepted request body; larger bodies get 413 (default 1 MiB)")
     g.add_argument("--max-tokens-limit", type=int, default=None,
                    help="cap on max_tokens per request; also bounds the default when a request gives none")
+    g.add_argument("--stream-interval", type=int, default=1, metavar="TOKENS",
+                   help="streamed answers send one SSE event per this many tokens (the first token at once, "
+                        "the rest with the last event); above 1 the server and its clients spend less CPU per "
+                        "token, which matters under heavy load on few cores (default 1: every token)")
     g.add_argument("--shutdown-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="on SIGTERM or Ctrl-C: stop accepting connections, let in-flight requests finish for up "
                         "to this long, then end the rest with an error and stop the engine (and the Ray instance "
@@ -148,5 +153,7 @@ def check_server_args(args: argparse.Namespace) -> None:
         raise ValueError(f"max_body_bytes: must be positive, got {args.max_body_bytes}")
     if args.max_tokens_limit is not None and args.max_tokens_limit < 1:
         raise ValueError(f"max_tokens_limit: must be positive, got {args.max_tokens_limit}")
+    if args.stream_interval < 1:
+        raise ValueError(f"stream_interval: must be a positive number of tokens, got {args.stream_interval}")
     if not args.shutdown_timeout >= 0:
         raise ValueError(f"shutdown_timeout: must be >= 0 seconds, got {args.shutdown_timeout}")

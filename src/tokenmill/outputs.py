@@ -6,7 +6,7 @@ These are plain dataclasses so they can cross a process boundary later
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass
@@ -39,3 +39,14 @@ class RequestOutput:
     stop_reason: str | int | None = None
     """The stop string or token id that ended the request, if any."""
     error: str | None = None
+
+
+def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
+    """Consecutive deltas of one request as one delta: tokens, text and
+    logprobs concatenated, everything else (counts, finish) from the last."""
+    last = outputs[-1]
+    logprobs = None
+    if any(o.logprobs is not None for o in outputs):
+        logprobs = [lp for o in outputs for lp in (o.logprobs or [])]
+    return replace(last, new_token_ids=[t for o in outputs for t in o.new_token_ids],
+                   new_text="".join(o.new_text for o in outputs), logprobs=logprobs)

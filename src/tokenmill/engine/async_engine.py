@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from dataclasses import replace
 from typing import AsyncIterator
 
 from tokenmill.config import EngineConfig
@@ -23,7 +22,7 @@ from tokenmill.engine.client import EngineStats
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.step_thread import start_step_thread
 from tokenmill.errors import QueueFullError, RequestError
-from tokenmill.outputs import RequestOutput
+from tokenmill.outputs import RequestOutput, merge_outputs
 from tokenmill.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -84,17 +83,6 @@ def put_all(items: list[tuple[OutputStream, object]]) -> None:
 def _put_batch(batch: list[tuple[OutputStream, object]]) -> None:
     for stream, item in batch:
         stream.queue.put_nowait(item)
-
-
-def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
-    """Consecutive deltas of one request as one delta: tokens, text and
-    logprobs concatenated, everything else (counts, finish) from the last."""
-    last = outputs[-1]
-    logprobs = None
-    if any(o.logprobs is not None for o in outputs):
-        logprobs = [lp for o in outputs for lp in (o.logprobs or [])]
-    return replace(last, new_token_ids=[t for o in outputs for t in o.new_token_ids],
-                   new_text="".join(o.new_text for o in outputs), logprobs=logprobs)
 
 
 class AsyncEngine:

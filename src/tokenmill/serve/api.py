@@ -85,10 +85,12 @@ async def metrics(request: Request) -> Response:
 
 
 def build_app(engine: EngineClient, *, api_key: str | None = None,
-              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_tokens_limit: int | None = None) -> FastAPI:
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_tokens_limit: int | None = None,
+              stream_interval: int = 1) -> FastAPI:
     """One app per engine; each app owns its metrics registry."""
     app = FastAPI(title="tokenmill", docs_url=None, redoc_url=None, openapi_url=None)
-    state = ServerState(engine, api_key=api_key, max_tokens_limit=max_tokens_limit)
+    state = ServerState(engine, api_key=api_key, max_tokens_limit=max_tokens_limit,
+                        stream_interval=stream_interval)
     app.state.tokenmill = state
     app.include_router(v1)
     app.include_router(public)

@@ -28,7 +28,8 @@ async def create_chat_completion(request: Request, state: ServerState) -> Respon
     params = req.sampling_params(max_tokens, req.num_logprobs())
     formatter = ChatFormatter(state.model_name, state.decoder, params.logprobs is not None)
     return await run_generation(request, state.engine, formatter, prompt_ids, params, timer,
-                                stream=req.stream, include_usage=req.include_usage, prompt_param="messages")
+                                stream=req.stream, include_usage=req.include_usage, prompt_param="messages",
+                                stream_interval=state.stream_interval)
 
 
 class ChatFormatter:

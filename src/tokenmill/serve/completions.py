@@ -27,7 +27,8 @@ async def create_completion(request: Request, state: ServerState) -> Response:
     params = req.sampling_params(max_tokens, req.logprobs)
     formatter = CompletionFormatter(state.model_name, state.decoder, params.logprobs is not None)
     return await run_generation(request, state.engine, formatter, prompt_ids, params, timer,
-                                stream=req.stream, include_usage=req.include_usage, prompt_param="prompt")
+                                stream=req.stream, include_usage=req.include_usage, prompt_param="prompt",
+                                stream_interval=state.stream_interval)
 
 
 class CompletionFormatter:

@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
-from tokenmill.outputs import RequestOutput
+from tokenmill.outputs import RequestOutput, merge_outputs
 from tokenmill.serve.disconnect import ClientGone, DisconnectWatcher
 from tokenmill.serve.errors import ApiError, error_body, from_request_error
 from tokenmill.serve.metrics import RequestTimer
@@ -57,7 +57,7 @@ class SSEResponse(StreamingResponse):
 
 async def run_generation(request: Request, engine, formatter: Formatter, prompt, params,
                          timer: RequestTimer, *, stream: bool, include_usage: bool,
-                         prompt_param: str) -> Response:
+                         prompt_param: str, stream_interval: int = 1) -> Response:
     outputs = engine.generate(prompt, params, formatter.request_id)
     watcher = DisconnectWatcher(request)  # from now until the answer starts
     try:
@@ -73,7 +73,7 @@ async def run_generation(request: Request, engine, formatter: Formatter, prompt,
             raise _engine_failure(first)
         if stream:
             watcher.close()  # the streaming response listens for the disconnect itself
-            body = _sse(request, outputs, first, formatter, timer, include_usage)
+            body = _sse(request, outputs, first, formatter, timer, include_usage, stream_interval)
             return SSEResponse(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         return await _collect(watcher, outputs, first, formatter, timer)
     except BaseException:
@@ -101,16 +101,23 @@ async def _collect(watcher: DisconnectWatcher, outputs: AsyncIterator[RequestOut
 
 
 async def _sse(request: Request, outputs: AsyncIterator[RequestOutput], out: RequestOutput,
-               formatter: Formatter, timer: RequestTimer, include_usage: bool) -> AsyncIterator[str]:
+               formatter: Formatter, timer: RequestTimer, include_usage: bool,
+               interval: int) -> AsyncIterator[str]:
+    """One SSE event per ``interval`` tokens: the first output goes at once
+    (time to first token), later ones are held until they add up to
+    ``interval`` tokens or the request finishes, then sent merged."""
     first = True
+    held: list[RequestOutput] = []
     try:
         while True:
             if out.finish_reason == "error":
                 raise _engine_failure(out)
             timer.observe(out)
-            for chunk in formatter.chunks(out, first):
-                yield _event(chunk.model_dump_json())
-            first = False
+            held.append(out)
+            if first or out.finished or sum(len(o.new_token_ids) for o in held) >= interval:
+                for chunk in formatter.chunks(merge_outputs(held) if len(held) > 1 else out, first):
+                    yield _event(chunk.model_dump_json())
+                first, held = False, []
             if out.finished:
                 break
             # Belt and braces: servers on ASGI spec >= 2.4 do not cancel us on disconnect.

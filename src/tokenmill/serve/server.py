@@ -25,6 +25,8 @@ class ServerOptions:
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_tokens_limit: int | None = None
+    stream_interval: int = 1
+    """Tokens per SSE event of a streamed answer (the first token goes at once)."""
     log_level: str = "info"
     shutdown_timeout_s: float = 30.0
     """Drain on SIGTERM/SIGINT: uvicorn stops accepting and waits this long for
@@ -88,7 +90,7 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
         engine = AsyncEngine.from_config(config)
     try:
         app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
-                        max_tokens_limit=options.max_tokens_limit)
+                        max_tokens_limit=options.max_tokens_limit, stream_interval=options.stream_interval)
         print(banner(engine, url_of(sock)), flush=True)
         uv_config = uvicorn.Config(app, log_level=options.log_level,
                                    timeout_graceful_shutdown=options.shutdown_timeout_s)

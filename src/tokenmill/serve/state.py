@@ -23,7 +23,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ServerState:
-    def __init__(self, engine: EngineClient, *, api_key: str | None, max_tokens_limit: int | None):
+    def __init__(self, engine: EngineClient, *, api_key: str | None, max_tokens_limit: int | None,
+                 stream_interval: int = 1):
         self.engine = engine
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
@@ -32,6 +33,8 @@ class ServerState:
         self.decoder = TokenDecoder(self.tokenizer)
         self.api_key = api_key
         self.max_tokens_limit = max_tokens_limit
+        self.stream_interval = stream_interval
+        """Tokens per SSE event of a streamed answer (serve/generation.py)."""
         self.metrics = ServerMetrics(engine)
         self.created = int(time.time())
 
