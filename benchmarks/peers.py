@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--output-dir", type=Path, default=Path("results/peers"), help="runs, server logs, summary, plots")
     add("--skip-setup", action="store_true", help="use the peers as they are set up: no pip, no conversion")
     add("--setup-only", action="store_true", help="set the peers up and stop")
+    add("--report-only", action="store_true",
+        help="no servers: rewrite summary.json, the plots and the docs table from the runs already in "
+             "--output-dir (e.g. after a run stopped early; --peers names the systems to report)")
     add("--threads", type=int, default=None, help="CPU threads per server (default: every core this process has)")
     add("--num-samples", type=int, default=256, help="synthetic prompts")
     add("--input-len", type=int, default=128, help="prompt tokens (fixed)")
@@ -266,10 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     opts.output_dir.mkdir(parents=True, exist_ok=True)
     say(f"systems {','.join(systems)}; scenarios {','.join(scenarios)}; cache {cache}; "
         f"output {opts.output_dir}; {threads} threads on {len(cpus)} cores of {cpu_model()}")
-    failed = [s for s in systems if not opts.skip_setup and not _setup(s, cache, opts.output_dir / "logs")]
+    failed = [s for s in systems if not (opts.skip_setup or opts.report_only) and
+              not _setup(s, cache, opts.output_dir / "logs")]
     if opts.setup_only:
         say("setup done (--setup-only)" if not failed else f"setup FAILED: {', '.join(failed)}")
         return 1 if failed else 0
+    if opts.report_only:
+        write_outputs(opts, systems, scenarios, machine_info(threads, len(cpus)))
+        return 0
     busy = {}
     for system in [s for s in systems if s not in failed]:
         try:

@@ -145,3 +145,19 @@ def test_lists_and_cpu_ranges():
     assert cpu_list({0, 1}) == "0-1"
     assert cpu_list({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
     assert cpu_list({3}) == "3"
+
+
+def test_report_only_rebuilds_the_summary_and_the_docs_table_from_saved_runs(output_dir, tmp_path, monkeypatch):
+    import benchmarks.peers as peers
+
+    # bench --compare needs whole results.json files; these fakes hold only what the summary reads.
+    monkeypatch.setattr(peers, "compare_scenarios", lambda *a: [])
+    docs = tmp_path / "PERF.md"
+    docs.write_text(f"# Perf\n{MARK_BEGIN}\nprevious-run-table\n{MARK_END}\n")
+    assert peers.main(["--report-only", "--peers", "tokenmill,vllm", "--output-dir", str(output_dir),
+                 "--docs-file", str(docs)]) == 0
+    summary = json.loads((output_dir / "summary.json").read_text())
+    assert summary["offline"] == {"tokenmill": 300.0, "vllm": 150.0}
+    assert summary["singlestream"] == {"tokenmill": 60.0, "vllm": 40.0}
+    text = docs.read_text()
+    assert "previous-run-table" not in text and "2.00x" in text  # tokenmill / vllm Offline
