@@ -31,9 +31,11 @@ def _gone(pid: int) -> bool:
 
 
 def _refused(url: str) -> bool:
+    """No new request is served: the connection is refused, or (one that the
+    kernel queued as the listening socket closed) dropped without an answer."""
     try:
         httpx.get(f"{url}/health", timeout=2)
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.RemoteProtocolError):
         return True
     return False
 

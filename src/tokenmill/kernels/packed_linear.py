@@ -4,7 +4,7 @@
 oneDNN brings it into its blocked layout each time before the matmul (batch-1
 decode is bound by weight bytes, and that pass reads them once more).
 ``PackedLinear`` reorders once, at load, and calls oneDNN's linear on the
-packed weight: measured 1.3-2x faster per matmul for bf16 and a 1.4x faster
+packed weight: measured 1.3-2x faster per matmul for bf16 and a 1.36x faster
 batch-1 decode step on an AVX512-BF16/AMX Xeon; for float32 it measured no
 faster, so ``--linear-backend auto`` packs bf16 only (docs/PERFORMANCE.md,
 "Prepacked linears").
