@@ -35,12 +35,40 @@ import shutil
 import sys
 from pathlib import Path
 
-from benchmarks.peers_report import (BASELINE, SCENARIOS, SYSTEMS, collect, compare_scenarios, cpu_model,
-                                     docs_block, machine_info, markdown_table, plot_summary, read_json,
-                                     replace_between_markers, summary_from_figures)
-from benchmarks.peers_servers import (LLAMA_SLOTS, SANITY_PROMPT, Launch, console_script, cpu_busy, launch_for,
-                                      running_server, sample_answer)
-from benchmarks.peers_setup import LLAMA_SPEC, VLLM_SPEC, PeerError, log_tail, run_logged, say, setup_system
+from benchmarks.peers_report import (
+    BASELINE,
+    SCENARIOS,
+    SYSTEMS,
+    collect,
+    compare_scenarios,
+    cpu_model,
+    docs_block,
+    machine_info,
+    markdown_table,
+    plot_summary,
+    read_json,
+    replace_between_markers,
+    summary_from_figures,
+)
+from benchmarks.peers_servers import (
+    LLAMA_SLOTS,
+    SANITY_PROMPT,
+    Launch,
+    console_script,
+    cpu_busy,
+    launch_for,
+    running_server,
+    sample_answer,
+)
+from benchmarks.peers_setup import (
+    LLAMA_SPEC,
+    VLLM_SPEC,
+    PeerError,
+    log_tail,
+    run_logged,
+    say,
+    setup_system,
+)
 
 BUSY_WARNING = 0.15
 """CPU busy fraction (other processes, before a server starts) above which the run warns."""

@@ -8,9 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.peers import parse_list, peak_start, scenario_args, workload_args, build_parser
-from benchmarks.peers_report import (MARK_BEGIN, MARK_END, NO_VALID_RATE, collect, docs_block, markdown_table,
-                                     replace_between_markers, summary_from_figures)
+from benchmarks.peers import (
+    build_parser,
+    parse_list,
+    peak_start,
+    scenario_args,
+    workload_args,
+)
+from benchmarks.peers_report import (
+    MARK_BEGIN,
+    MARK_END,
+    NO_VALID_RATE,
+    collect,
+    docs_block,
+    markdown_table,
+    replace_between_markers,
+    summary_from_figures,
+)
 from benchmarks.peers_servers import cpu_list
 
 MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "threads": 2, "date": "2026-11-25"}

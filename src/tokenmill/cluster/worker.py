@@ -8,8 +8,8 @@ worker, and each answer carries every step the worker ran since the last one
 (a long poll). So one Ray round trip serves a whole batch of requests'
 tokens, and the per-token cost of the hop stays small.
 
-Inside, the core is built and its step loop runs on its own thread (torch releases the GIL
-in its kernels); the actor's asyncio loop only moves bytes. Only the loop
+Inside, the core is built and stepped on its own thread (torch releases the
+GIL in its kernels); the actor's asyncio loop only moves bytes. Only the loop
 thread touches the core. The worker subscribes to the core's KV events, so
 every step's outputs carry them for the router (a KV-aware router mirrors
 each worker's cache from them).
@@ -29,7 +29,6 @@ import msgspec
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
-from tokenmill.engine.step_thread import start_step_thread
 from tokenmill.engine.core_messages import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -38,6 +37,7 @@ from tokenmill.engine.core_messages import (
     encode,
     failure_message,
 )
+from tokenmill.engine.step_thread import start_step_thread
 
 log = logging.getLogger(__name__)
 

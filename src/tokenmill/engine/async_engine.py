@@ -5,9 +5,9 @@ The in-process client of an EngineCore, built and stepped on one loop thread
 on the caller's side (``InputProcessor``, in ``generate``), then handed as
 ``EngineCoreRequest`` messages to the loop thread through a locked inbox. The
 loop thread runs the core's steps and the output processor (torch releases
-the GIL inside kernels, so the event loop stays responsive); text deltas come
-back to each request's asyncio.Queue via ``call_soon_threadsafe``. Only the
-loop thread touches the core.
+the GIL inside kernels, so the event loop stays responsive); a step's text
+deltas go back to the requests' asyncio.Queues in one ``call_soon_threadsafe``
+(``put_all``). Only the loop thread touches the core.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def put_all(items: list[tuple[OutputStream, object]]) -> None:
     one wake-up of each consumer loop for the whole list (a step's outputs),
     not one per output. A stream whose loop is gone (client finished, event
     loop closed) has nobody waiting for it: its items are dropped."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[OutputStream, object]]] = {}
     for stream, item in items:
         by_loop.setdefault(stream.loop, []).append((stream, item))
     for loop, batch in by_loop.items():
