@@ -39,10 +39,52 @@ def _tokens_per_event(engine, interval: int, max_tokens: int) -> list[int]:
     return [len(c["choices"][0]["logprobs"]["tokens"]) for c in chunks]
 
 
-def test_one_event_per_interval_tokens_and_the_first_at_once(engine):
-    assert _tokens_per_event(engine, 1, 10) == [1] * 10
-    assert _tokens_per_event(engine, 4, 10) == [1, 4, 4, 1]  # the last event: the rest, at the finish
-    assert _tokens_per_event(engine, 64, 10) == [1, 9]
+def test_events_through_the_server_hold_interval_tokens(engine):
+    """End to end: the tokens all arrive, and every event between the first and
+    the last carries at least ``interval`` of them. (The first may carry more
+    than one: deltas that reached the stream before it was read come merged.)"""
+    for interval in (1, 4, 64):
+        counts = _tokens_per_event(engine, interval, 10)
+        assert sum(counts) == 10 and all(c >= 1 for c in counts)
+        assert all(c >= interval for c in counts[1:-1]), (interval, counts)
+    assert len(_tokens_per_event(engine, 64, 10)) <= 2
+
+
+class _Client:
+    async def is_disconnected(self) -> bool:
+        return False
+
+
+def test_sse_sends_the_first_delta_at_once_then_groups_of_interval_tokens():
+    """One token per engine delta: exact event sizes."""
+    from tokenmill.outputs import RequestOutput
+    from tokenmill.serve.completions import CompletionFormatter
+    from tokenmill.serve.generation import _sse
+    from tokenmill.serve.logprobs import TokenDecoder
+    from tokenmill.serve.metrics import RequestTimer, ServerMetrics
+
+    def deltas(n):
+        return [RequestOutput("r", [i], f"t{i} ", i == n - 1, "length" if i == n - 1 else None,
+                              num_prompt_tokens=3, num_output_tokens=i + 1) for i in range(n)]
+
+    async def events(interval, n):
+        outs = deltas(n)
+
+        async def rest():
+            for o in outs[1:]:
+                yield o
+
+        timer = RequestTimer(ServerMetrics(None))
+        formatter = CompletionFormatter("m", TokenDecoder(None), False)
+        return [e async for e in _sse(_Client(), rest(), outs[0], formatter, timer, False, interval)]
+
+    for interval, expected in ((1, ["t0 "] + [f"t{i} " for i in range(1, 10)]),
+                               (4, ["t0 ", "t1 t2 t3 t4 ", "t5 t6 t7 t8 ", "t9 "]),
+                               (64, ["t0 ", "".join(f"t{i} " for i in range(1, 10))])):
+        got = asyncio.run(events(interval, 10))
+        assert got[-1] == "data: [DONE]\n\n"
+        texts = [json.loads(e[6:])["choices"][0]["text"] for e in got[:-1]]
+        assert texts == expected, interval
 
 
 def test_stream_interval_must_be_positive(capsys):
