@@ -108,16 +108,18 @@ async def _sse(request: Request, outputs: AsyncIterator[RequestOutput], out: Req
     ``interval`` tokens or the request finishes, then sent merged."""
     first = True
     held: list[RequestOutput] = []
+    held_tokens = 0
     try:
         while True:
             if out.finish_reason == "error":
                 raise _engine_failure(out)
             timer.observe(out)
             held.append(out)
-            if first or out.finished or sum(len(o.new_token_ids) for o in held) >= interval:
+            held_tokens += len(out.new_token_ids)
+            if first or out.finished or held_tokens >= interval:
                 for chunk in formatter.chunks(merge_outputs(held) if len(held) > 1 else out, first):
                     yield _event(chunk.model_dump_json())
-                first, held = False, []
+                first, held, held_tokens = False, [], 0
             if out.finished:
                 break
             # Belt and braces: servers on ASGI spec >= 2.4 do not cancel us on disconnect.
