@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from tokenmill.config import EngineConfig
+from tokenmill.config import LINEAR_BACKENDS, EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.sampling_params import SamplingParams
 
@@ -29,12 +29,14 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"])
     ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])
-    ap.add_argument("--linear-backend", default="auto", choices=["auto", "onednn", "torch"])
+    ap.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS)
+    ap.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (--deterministic)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
                                     quantization=args.quantization, attention_backend=args.attention_backend,
-                                    fused_ops=args.fused_ops, linear_backend=args.linear_backend))
+                                    fused_ops=args.fused_ops, linear_backend=args.linear_backend,
+                                    deterministic=args.deterministic))
     params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)

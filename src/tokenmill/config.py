@@ -14,7 +14,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
 ATTENTION_BACKENDS = ("auto", "cpp", "torch")
 FUSED_OPS = ("auto", "cpp", "torch")
-LINEAR_BACKENDS = ("auto", "onednn", "torch")
+LINEAR_BACKENDS = ("auto", "mixed", "onednn", "torch")
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,9 @@ from tokenmill.engine.sampler import Sampler, SamplingRow
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.engine.verify import accept_exact
 from tokenmill.errors import RequestError
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.invariant_linear import make_batch_invariant
+from tokenmill.kernels.mixed_linear import mix_linears
 from tokenmill.kernels.packed_linear import prepack_linears
 from tokenmill.kernels.quantize import dense_copy_fits, quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
@@ -76,8 +78,7 @@ class EngineCore:
         # Checked before the weights load: a configuration that cannot be
         # batch-invariant fails fast, naming the field.
         invariant_kernels = resolve_deterministic(config, self.device, self.dtype) if config.deterministic else None
-        self.linear_backend = resolve_linear_backend(config, self.device, self.dtype)
-        """What runs the linears: onednn | torch | invariant | int8 | int4."""
+        linear_backend = resolve_linear_backend(config, self.device, self.dtype)
         source = config.model or str(embedded_gguf_path())
         loaded = load_model(source, config.load_format, self.device, self.dtype, seed=config.seed)
         self.arch = loaded.arch
@@ -86,12 +87,8 @@ class EngineCore:
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
-        if config.quantization is not None:
-            quantize_model(self.model, config.quantization, keep_dense=self.int4_dense_prefill)
-        if invariant_kernels is not None:
-            make_batch_invariant(self.model, invariant_kernels)
-        if self.linear_backend == "onednn":  # after the swaps above: packs what they left
-            prepack_linears(self.model)
+        self.linear_backend = self._swap_linears(config, linear_backend, invariant_kernels)
+        """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
         self.eos_token_ids = tuple(self.arch.eos_token_ids)
         """EOS ids for requests that bring none (no tokenizer on the caller's side)."""
@@ -115,6 +112,23 @@ class EngineCore:
         self.request_failures: Counter[str] = Counter()  # stage -> requests failed there
         self.aborted_requests: Counter[str] = Counter()  # reason -> requests ended before they finished
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
+
+    def _swap_linears(self, config: EngineConfig, backend: str, invariant_kernels) -> str:
+        """Replace the model's linears for ``backend``; returns the backend in use
+        (an automatic mixed becomes onednn when its second weight copy does not
+        fit in memory)."""
+        if config.quantization is not None:
+            quantize_model(self.model, config.quantization, keep_dense=self.int4_dense_prefill)
+        if invariant_kernels is not None:
+            make_batch_invariant(self.model, invariant_kernels)
+        if backend == "mixed" and config.linear_backend == "auto" and not dense_copy_fits(self.model):
+            log.info("linears: onednn (a second weight layout for mixed linears would not fit in memory)")
+            backend = "onednn"
+        if backend == "mixed":
+            mix_linears(self.model, load_cpu_kernels())
+        elif backend == "onednn":
+            prepack_linears(self.model)
+        return backend
 
     def _resolve_limits(self, config: EngineConfig, name: str) -> EngineConfig:
         """Fill in KV block count and max_model_len; every request that passes

@@ -18,14 +18,23 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def _cpu_flags() -> str:
+    try:
+        return open("/proc/cpuinfo").read()
+    except OSError:
+        return ""
+
+
 def cpu_has_fast_bf16() -> bool:
     """AVX512-BF16 or AMX: bf16 matmuls run natively. Without them torch's bf16
     matmul on CPU is far slower than fp32 (measured ~100x on AVX2-only EPYC)."""
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
+    flags = _cpu_flags()
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_has_amx() -> bool:
+    """AMX tiles for bf16 (Sapphire Rapids and later Xeons)."""
+    return "amx_bf16" in _cpu_flags()
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -56,25 +65,35 @@ def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype):
 
 def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> str:
     """What runs the linear layers: "invariant" (--deterministic), the
-    quantization ("int8", "int4"), else "onednn" or "torch" per
-    ``config.linear_backend``. auto: onednn on CPU in bfloat16 where torch has
-    oneDNN (float32 measured no faster: kernels/packed_linear.py). A ValueError
-    naming ``linear_backend`` where onednn was asked for and cannot run."""
+    quantization ("int8", "int4"), else "mixed", "onednn" or "torch" per
+    ``config.linear_backend``. auto: mixed on CPUs with AMX in bfloat16 (where
+    it was measured faster: kernels/mixed_linear.py), onednn on other CPUs in
+    bfloat16 (float32 measured no faster: kernels/packed_linear.py), torch
+    otherwise. A ValueError naming ``linear_backend`` where onednn or mixed was
+    asked for and cannot run. (The core falls back from an automatic mixed to
+    onednn when the second weight copy does not fit in memory.)"""
     from tokenmill.kernels.packed_linear import onednn_available
 
     backend = config.linear_backend
     replaced_by = "invariant" if config.deterministic else config.quantization
     if replaced_by is not None:
-        if backend == "onednn":
+        if backend in ("onednn", "mixed"):
             why = "--deterministic" if config.deterministic else f"quantization {config.quantization!r}"
-            raise ValueError(f"linear_backend: onednn packs full-precision weights; {why} brings its own kernels")
+            raise ValueError(f"linear_backend: {backend} packs full-precision weights; {why} brings its own kernels")
         return replaced_by
     fits = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_available()
     if backend == "onednn" and not fits:
         raise ValueError(f"linear_backend: onednn runs on CPU in float32 or bfloat16 with a torch built "
                          f"with oneDNN, not {device.type} {str(dtype).removeprefix('torch.')}")
+    if backend == "mixed":
+        if not (fits and dtype == torch.bfloat16):
+            raise ValueError(f"linear_backend: mixed runs on CPU in bfloat16 with a torch built with oneDNN, "
+                             f"not {device.type} {str(dtype).removeprefix('torch.')}")
+        _cpu_kernels("linear_backend", "cpp", device, dtype)  # raises when the C++ kernels cannot build
     if backend == "auto":
-        return "onednn" if fits and dtype == torch.bfloat16 else "torch"
+        if not (fits and dtype == torch.bfloat16):
+            return "torch"
+        return "mixed" if cpu_has_amx() and _cpu_kernels("linear_backend", "auto", device, dtype) else "onednn"
     return backend
 
 

@@ -38,9 +38,10 @@ def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype, keep_d
 
 
 def dense_copy_fits(model: nn.Module, fraction: float = DENSE_COPY_MEMORY_FRACTION) -> bool:
-    """Whether bf16 copies of the decoder linears (int4's prefill path,
-    kernels/int4_linear.py) take at most ``fraction`` of the memory available
-    now. CPU only: on other devices int4 is a memory saving, not a speed path."""
+    """Whether bf16 copies of the decoder linears take at most ``fraction`` of
+    the memory available now: int4's prefill path (kernels/int4_linear.py) and
+    the mixed linears' second layout (kernels/mixed_linear.py). CPU only: on
+    other devices neither is a speed path."""
     p = next(model.parameters())
     if p.device.type != "cpu":
         return False

@@ -1,0 +1,65 @@
+"""Linear layers that pick their kernel by the number of rows (CPU, bf16).
+
+Measured on an AMX Xeon (docs/PERFORMANCE.md, "Mixed linears"): for a few
+rows (decode steps of small batches) tokenmill's own panel kernel
+(csrc/invariant_linear.cpp, the one ``--deterministic`` runs on) is 1.3-2.4x
+faster per call than oneDNN's on its prepacked weight, and the whole batch-1
+decode step 1.2x faster; from a few dozen rows on (prefill chunks, large
+batches) oneDNN is faster, up to 1.9x on the LM head at 256 rows. A
+``MixedLinear`` keeps the weight in both layouts and sends calls of at most
+``PANEL_MAX_ROWS`` rows to the panel kernel, larger ones to oneDNN.
+
+Cost: a second copy of every decoder weight (kept only when it fits:
+kernels/quantize.py ``dense_copy_fits``). The LM head stays oneDNN-only: it is a fifth
+of this model's weights and measured no faster on panels at one row.
+
+A request's tokens may therefore come from either kernel depending on the
+batch it shares: both accumulate in float32 and round once, so they differ
+only in summation order (as torch's own shape-dependent kernels do);
+``--deterministic`` is the mode for answers that must not depend on the batch.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from tokenmill.kernels.packed_linear import PackedLinear
+
+PANEL_MAX_ROWS = 128
+"""Calls with at most this many rows run on the panel kernel (the crossover
+measured per layer shape lies between 16 and 64 rows; docs/PERFORMANCE.md)."""
+
+class MixedLinear(nn.Module):
+    def __init__(self, linear: nn.Linear, kernels: ModuleType):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.dense = PackedLinear(linear, keep_weight=False)
+        self.register_buffer("panels", kernels.pack_invariant_weight(linear.weight.detach()), persistent=False)
+        self.bias = linear.bias
+        self._panel_kernel = kernels.invariant_linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: [..., in_features] (bf16) -> [..., out_features]."""
+        rows = x.reshape(-1, self.in_features)
+        if rows.shape[0] > PANEL_MAX_ROWS:
+            return self.dense(x)
+        out = self._panel_kernel(rows, self.panels, self.out_features, self.bias)  # [M, out_features]
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def mix_linears(model: nn.Module, kernels: ModuleType) -> int:
+    """Swap the decoder's plain ``nn.Linear`` layers for MixedLinear and the LM
+    head for a PackedLinear, in place (layers already replaced stay). Returns
+    how many decoder layers were mixed."""
+    mixed = 0
+    for owner, name in model.decoder_linears():  # the architecture names its own weights
+        layer = getattr(owner, name)
+        if type(layer) is nn.Linear:
+            setattr(owner, name, MixedLinear(layer, kernels))
+            mixed += 1
+    if type(model.lm_head) is nn.Linear:
+        model.lm_head = PackedLinear(model.lm_head, keep_weight=True)
+    return mixed
