@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from tokenmill.config import EngineConfig
+from tokenmill.config import LINEAR_BACKENDS, EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.sampling_params import SamplingParams
 
@@ -137,6 +137,8 @@ def main(argv=None) -> None:
                     help="dtype of the HF transformers peer")
     ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"],
                     help="tokenmill decode attention (see --attention-backend of tokenmill serve)")
+    ap.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS,
+                    help="tokenmill linear layers (see --linear-backend of tokenmill serve)")
     ap.add_argument("--max-num-seqs", type=int, default=256)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--skip-hf", action="store_true", help="tokenmill only")
@@ -146,13 +148,14 @@ def main(argv=None) -> None:
 
     engine = LLMEngine(EngineConfig(dtype=args.dtype, max_num_seqs=args.max_num_seqs,
                                     max_num_batched_tokens=args.max_num_batched_tokens,
-                                    quantization=args.quantization, attention_backend=args.attention_backend))
+                                    quantization=args.quantization, attention_backend=args.attention_backend,
+                                    linear_backend=args.linear_backend))
     arch = engine.core.arch
     work = make_workload(args.num_requests, arch.vocab_size, args.seed, args.input_len, args.output_len)
     report = {"machine": machine(), "workload": {"requests": len(work), "mean_input": args.input_len,
                                                   "mean_output": args.output_len},
               "tokenmill_dtype": str(engine.core.dtype), "quantization": args.quantization,
-              "attention_backend": engine.core.attention_backend}
+              "attention_backend": engine.core.attention_backend, "linear_backend": engine.core.linear_backend}
 
     report["peak_gflops"] = matmul_peak(engine.core.dtype)
     report["tokenmill_offline"] = run_tokenmill_offline(engine, work)
@@ -207,7 +210,8 @@ def print_report(r: dict) -> None:
     print(f"\nmachine: {r['machine']}")
     print(f"workload: {r['workload']['requests']} requests, ~{r['workload']['mean_input']} in / "
           f"~{r['workload']['mean_output']} out tokens; tokenmill dtype {r['tokenmill_dtype']}"
-          f"{', ' + r['quantization'] if r['quantization'] else ''}, attention {r['attention_backend']}; "
+          f"{', ' + r['quantization'] if r['quantization'] else ''}, attention {r['attention_backend']}, "
+          f"linears {r.get('linear_backend', '?')}; "
           f"HF dtype {r['hf_dtype']}")
     print(f"{'':28}{'tokenmill':>12}{'HF generate':>14}{'ratio':>8}")
     hf = r.get("hf_offline")

@@ -32,11 +32,6 @@ def cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def cpu_has_amx() -> bool:
-    """AMX tiles for bf16 (Sapphire Rapids and later Xeons)."""
-    return "amx_bf16" in _cpu_flags()
-
-
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name != "auto":
         return _DTYPES[name]
@@ -66,10 +61,10 @@ def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype):
 def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> str:
     """What runs the linear layers: "invariant" (--deterministic), the
     quantization ("int8", "int4"), else "mixed", "onednn" or "torch" per
-    ``config.linear_backend``. auto: mixed on CPUs with AMX in bfloat16 (where
-    it was measured faster: kernels/mixed_linear.py), onednn on other CPUs in
-    bfloat16 (float32 measured no faster: kernels/packed_linear.py), torch
-    otherwise. A ValueError naming ``linear_backend`` where onednn or mixed was
+    ``config.linear_backend``. auto: mixed in bfloat16 on CPUs with AMX or
+    AVX512-BF16 (measured faster on both: kernels/mixed_linear.py), onednn on
+    other CPUs in bfloat16 (float32 measured no faster:
+    kernels/packed_linear.py), torch otherwise. A ValueError naming ``linear_backend`` where onednn or mixed was
     asked for and cannot run. (The core falls back from an automatic mixed to
     onednn when the second weight copy does not fit in memory.)"""
     from tokenmill.kernels.packed_linear import onednn_available
@@ -93,7 +88,7 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
     if backend == "auto":
         if not (fits and dtype == torch.bfloat16):
             return "torch"
-        return "mixed" if cpu_has_amx() and _cpu_kernels("linear_backend", "auto", device, dtype) else "onednn"
+        return "mixed" if cpu_has_fast_bf16() and _cpu_kernels("linear_backend", "auto", device, dtype) else "onednn"
     return backend
 
 

@@ -4,7 +4,8 @@ Measured on an AMX Xeon (docs/PERFORMANCE.md, "Mixed linears"): for a few
 rows (decode steps of small batches) tokenmill's own panel kernel
 (csrc/invariant_linear.cpp, the one ``--deterministic`` runs on) is 1.3-2.4x
 faster per call than oneDNN's on its prepacked weight, and the whole batch-1
-decode step 1.2x faster; from a few dozen rows on (prefill chunks, large
+decode step 1.2x faster (1.25x on a Xeon with AVX512-BF16 and no AMX, where
+the kernel runs on vectors); from a few dozen rows on (prefill chunks, large
 batches) oneDNN is faster, up to 1.9x on the LM head at 256 rows. A
 ``MixedLinear`` keeps the weight in both layouts and sends calls of at most
 ``PANEL_MAX_ROWS`` rows to the panel kernel, larger ones to oneDNN.
