@@ -80,6 +80,8 @@ def _cells(line: str) -> list[str]:
 def test_report_shows_the_known_figures():
     text = format_result(_result())
     assert "91.0" in _line(text, "output tokens/s")
+    # 9 queries' usage says 91 tokens, one says 90: the server's total sits beside the client's.
+    assert _line(text, "output tokens  ").split(None, 2)[2] == "910 (server's usage: 909, 90.9 tok/s)"
     assert "45.5 (2 device(s))" in _line(text, "tokens/s per device")
     assert _line(text, "requests/s").split()[-1] == "1.00"
     # TTFT (i+1)*100 ms for i in 0..9: p50 550, p90 910, p99 991, mean 550, max 1000.

@@ -50,11 +50,6 @@ def test_events_through_the_server_hold_interval_tokens(engine):
     assert len(_tokens_per_event(engine, 64, 10)) <= 2
 
 
-class _Client:
-    async def is_disconnected(self) -> bool:
-        return False
-
-
 def test_sse_sends_the_first_delta_at_once_then_groups_of_interval_tokens():
     """One token per engine delta: exact event sizes."""
     from tokenmill.outputs import RequestOutput
@@ -76,7 +71,7 @@ def test_sse_sends_the_first_delta_at_once_then_groups_of_interval_tokens():
 
         timer = RequestTimer(ServerMetrics(None))
         formatter = CompletionFormatter("m", TokenDecoder(None), False)
-        return [e async for e in _sse(_Client(), rest(), outs[0], formatter, timer, False, interval)]
+        return [e async for e in _sse(rest(), outs[0], formatter, timer, False, interval)]
 
     for interval, expected in ((1, ["t0 "] + [f"t{i} " for i in range(1, 10)]),
                                (4, ["t0 ", "t1 t2 t3 t4 ", "t5 t6 t7 t8 ", "t9 "]),

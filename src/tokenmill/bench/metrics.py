@@ -41,6 +41,8 @@ def compute_metrics(records: list[QueryRecord], settings: BenchSettings,
         cost_per_million_tokens=cost,
         usage_mismatches=sum(1 for r in ok if r.usage_output_tokens is not None
                              and r.usage_output_tokens != r.output_tokens),
+        usage_output_tokens=(sum(r.usage_output_tokens for r in ok)
+                             if ok and all(r.usage_output_tokens is not None for r in ok) else None),
         loadgen=dict(loadgen_figures or {}),
     )
 

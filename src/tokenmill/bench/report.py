@@ -192,7 +192,7 @@ def _results_block(r: BenchResult) -> list[str]:
     return _pairs("Results", [
         ("queries", f"{m.num_queries} ({ok} ok, {m.num_errors} failed)"),
         ("duration", f"{m.duration_s:,.2f} s"),
-        ("output tokens", f"{m.output_tokens:,}"),
+        ("output tokens", _output_tokens_line(m)),
         ("output tokens/s", fmt_num(m.tokens_per_s)),
         ("tokens/s per device", f"{fmt_num(m.tokens_per_s_per_device)} ({s.get('devices', 1)} device(s))"),
         ("requests/s", fmt_num(m.requests_per_s, 2)),
@@ -204,6 +204,15 @@ def _results_block(r: BenchResult) -> list[str]:
         ("prefix-cache hit rate", "n/a (no counters)" if m.prefix_cache_hit_rate is None
          else f"{fmt_rate(m.prefix_cache_hit_rate)} of prompt tokens (the target's own counters over the run)"),
     ])
+
+
+def _output_tokens_line(m) -> str:
+    """The client's count (re-encoded text); the server's own where it differs."""
+    line = f"{m.output_tokens:,}"
+    server = m.usage_output_tokens
+    if server is not None and server != m.output_tokens:
+        line += f" (server's usage: {server:,}, {server / m.duration_s:,.1f} tok/s)"
+    return line
 
 
 def _cost_line(r: BenchResult) -> str:

@@ -125,6 +125,11 @@ class Metrics:
     """USD per million output tokens at price_per_hour x devices; None without a price."""
     usage_mismatches: int = 0
     """Queries whose server-reported token count differs from the client's count."""
+    usage_output_tokens: int | None = None
+    """The server-reported output tokens summed, when every successful query
+    carried a count (else None). Re-encoding random text can count fewer
+    tokens than were generated (neighbours merge), so this is the figure to
+    set against an in-process engine run, which counts token ids."""
     loadgen: dict = field(default_factory=dict)
     """LoadGen's own figures from its summary (tokens/s, TTFT/TPOT percentiles)."""
     prefix_cache_hit_rate: float | None = None
