@@ -5,6 +5,10 @@
 
 Adds BATCH requests with the same 128-token prompt, runs their prefill, then
 times 30 decode steps and prints the median step and output tokens/s.
+``--profile N`` then runs N more steps under torch.profiler and prints the
+self CPU time by op (where a step's time goes):
+
+    python -m benchmarks.decode_step --batch 256 --steps 5 --profile 3
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ def main(argv=None) -> None:
     ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])
     ap.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS)
     ap.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (--deterministic)")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="then profile N more steps and print the self CPU time by op")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
                                     quantization=args.quantization, attention_backend=args.attention_backend,
                                     fused_ops=args.fused_ops, linear_backend=args.linear_backend,
                                     deterministic=args.deterministic))
-    params = SamplingParams(max_tokens=args.steps + 8, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=args.steps + args.profile + 8, temperature=0.0, ignore_eos=True)
     for _ in range(args.batch):
         engine.add_request(None, list(range(100, 228)), params)
     engine.step()
@@ -67,6 +73,28 @@ def main(argv=None) -> None:
     split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel is not None else ""
     print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms{split} "
           f"-> {args.batch / step:.0f} tok/s")
+    if args.profile:
+        print_profile(engine, args.profile)
+
+
+def print_profile(engine: LLMEngine, steps: int) -> None:
+    """Self CPU time by op over ``steps`` decode steps. The C++ decode attention
+    is a plain extension call, invisible to the profiler: it is labelled."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    runner = engine.core.runner
+    kernel = runner.decode_kernel
+    if kernel is not None:
+        def labelled(*a):
+            with record_function("tokenmill::cpp_decode_attention"):
+                return kernel(*a)
+
+        runner.decode_kernel = labelled
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            engine.step()
+    print(f"\nby op over {steps} steps (torch.profiler; self CPU time of the calling thread):")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
 
 if __name__ == "__main__":

@@ -157,8 +157,8 @@ def docs_block(summary: dict, command: str, peers_note: str, plot: str | None) -
     """The text between the markers: machine, workload, the table, how to reproduce."""
     m, w = summary["machine"], summary["workload"]
     paragraphs = [
-        f"Measured {m['date']} on \"{m['cpu']}\", {m['cores']} cores ({m['threads']} threads per server), "
-        "one server at a time, the bench client on the same cores. "
+        f"Measured {m['date']} on \"{m['cpu']}\"{_isa_note(m)}, {m['cores']} cores "
+        f"({m['threads']} threads per server), one server at a time, the bench client on the same cores. "
         f"Workload: synthetic, {w['num_samples']} chat prompts of {w['input_len']} tokens asking for exactly "
         f"{w['output_len']} (`--length-dist fixed`, `ignore_eos`, greedy, streamed); limits of the "
         "`smollm2-cpu` preset (p99 TTFT 2000 ms, p99 TPOT 200 ms). SingleStream: "
@@ -169,8 +169,13 @@ def docs_block(summary: dict, command: str, peers_note: str, plot: str | None) -
         f"Reproduce: `{command}`. {peers_note}",
     ]
     if plot:
-        paragraphs.append(f"Plot: `{plot}` (written by the run; results/ is not in git).")
+        paragraphs.append(f"Plot: `{plot}`; figures: `{Path(plot).with_name('summary.json')}`.")
     return "\n\n".join(p if p.startswith("|") else _wrap(p) for p in paragraphs)
+
+
+def _isa_note(machine: dict) -> str:
+    isa = machine.get("bf16_isa")  # absent from summaries written before it was recorded
+    return f" ({isa})" if isa else ""
 
 
 def _busy_note(machine: dict) -> str:
@@ -268,12 +273,24 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def bf16_isa() -> str:
+    """What runs bf16 matmuls natively here: the model name alone does not say
+    (this cloud's Xeons all read "Intel(R) Xeon(R) Processor")."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    if "amx_bf16" in flags:
+        return "AMX-BF16"
+    return "AVX512-BF16, no AMX" if "avx512_bf16" in flags else "no native bf16"
+
+
 def machine_info(threads: int, cores: int) -> dict:
     """The machine's part of summary.json."""
     try:
         version = importlib.metadata.version("tokenmill")
     except importlib.metadata.PackageNotFoundError:
         version = None
-    return {"cpu": cpu_model(), "cores": cores, "threads": threads,
+    return {"cpu": cpu_model(), "bf16_isa": bf16_isa(), "cores": cores, "threads": threads,
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "python": platform.python_version(),
             "tokenmill": version}

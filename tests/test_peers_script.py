@@ -106,16 +106,16 @@ def test_markdown_table_has_ratios_and_marks_missing_figures(output_dir: Path):
 
 
 def test_docs_block_names_machine_load_and_command(output_dir: Path):
-    machine = {**MACHINE, "cpu_busy_before_start": {"tokenmill": 0.02, "vllm": 0.4}}
+    machine = {**MACHINE, "bf16_isa": "AMX-BF16", "cpu_busy_before_start": {"tokenmill": 0.02, "vllm": 0.4}}
     summary = summary_from_figures(collect(output_dir, ["tokenmill", "vllm"], ["offline"]), machine, WORKLOAD)
     block = docs_block(summary, "make peers ARGS='--peers tokenmill,vllm'", "Peers: test.", "results/peers/peers.png")
     prose = " ".join(block.split())  # wrapped at 78 columns
-    assert '"Test CPU 9000", 2 cores' in prose and "2026-11-25" in prose
+    assert '"Test CPU 9000" (AMX-BF16), 2 cores' in prose and "2026-11-25" in prose
     assert "before each server started: tokenmill 2%, vllm 40%." in prose
     assert "Reproduce: `make peers ARGS='--peers tokenmill,vllm'`. Peers: test." in prose
     assert all(len(line) <= 78 for line in block.splitlines() if not line.startswith("|"))
     assert "| Offline output tok/s | 300.0 | 150.0 | 2.00x |" in block
-    assert "`results/peers/peers.png`" in block
+    assert "Plot: `results/peers/peers.png`; figures: `results/peers/summary.json`." in prose
 
 
 def test_markers_appended_once_then_only_their_inside_replaced():
