@@ -64,9 +64,10 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
     ``config.linear_backend``. auto: mixed in bfloat16 on CPUs with AMX or
     AVX512-BF16 (measured faster on both: kernels/mixed_linear.py), onednn on
     other CPUs in bfloat16 (float32 measured no faster:
-    kernels/packed_linear.py), torch otherwise. A ValueError naming ``linear_backend`` where onednn or mixed was
-    asked for and cannot run. (The core falls back from an automatic mixed to
-    onednn when the second weight copy does not fit in memory.)"""
+    kernels/packed_linear.py), torch otherwise. A ValueError naming
+    ``linear_backend`` where onednn or mixed was asked for and cannot run.
+    (The core falls back from an automatic mixed to onednn when the second
+    weight copy does not fit in memory.)"""
     from tokenmill.kernels.packed_linear import onednn_available
 
     backend = config.linear_backend
