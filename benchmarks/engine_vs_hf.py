@@ -120,7 +120,7 @@ def load_hf(dtype: torch.dtype):
     return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype).eval()
 
 
-def main(argv=None) -> None:
+def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--num-requests", type=int, default=256)
     ap.add_argument("--input-len", type=int, default=128, help="mean prompt tokens")
@@ -144,7 +144,11 @@ def main(argv=None) -> None:
     ap.add_argument("--skip-hf", action="store_true", help="tokenmill only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the figures to this file")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
 
     engine = LLMEngine(EngineConfig(dtype=args.dtype, max_num_seqs=args.max_num_seqs,
                                     max_num_batched_tokens=args.max_num_batched_tokens,
@@ -216,7 +220,8 @@ def print_report(r: dict) -> None:
     print(f"{'':28}{'tokenmill':>12}{'HF generate':>14}{'ratio':>8}")
     hf = r.get("hf_offline")
     ratio = f"{tm['output_tok_s'] / hf['output_tok_s']:.2f}x" if hf else "-"
-    print(f"{'Offline output tok/s':28}{tm['output_tok_s']:>12.1f}{(hf or {}).get('output_tok_s', float('nan')):>14.1f}{ratio:>8}")
+    hf_tok_s = (hf or {}).get("output_tok_s", float("nan"))
+    print(f"{'Offline output tok/s':28}{tm['output_tok_s']:>12.1f}{hf_tok_s:>14.1f}{ratio:>8}")
     hf_b1 = r.get("hf_decode_b1_tok_s")
     for key, label in [("tokenmill_decode_b1_tok_s", "batch-1 decode tok/s"),
                        ("tokenmill_decode_b1_int8_tok_s", "batch-1 decode tok/s, int8"),

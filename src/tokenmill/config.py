@@ -52,12 +52,16 @@ class EngineConfig:
     attention kernel); torch runs plain torch ops. auto: cpp where it applies
     and builds, torch otherwise."""
     linear_backend: str = "auto"
-    """The decoder's linear layers and the LM head: auto | onednn | torch.
+    """The decoder's linear layers and the LM head: auto | mixed | onednn | torch.
     onednn prepacks each weight once at load into oneDNN's blocked layout and
-    runs oneDNN's linear on it (CPU; kernels/packed_linear.py); torch calls
-    ``F.linear`` on the plain weight. auto: onednn on CPU
-    for bfloat16 (measured 1.36x faster batch-1 decode), torch otherwise (float32
-    measured no faster). Layers replaced by ``quantization`` or
+    runs oneDNN's linear on it (CPU; kernels/packed_linear.py; measured 1.36x
+    faster batch-1 decode than torch in bfloat16, no faster in float32); mixed
+    also keeps a panel layout and runs calls of up to 128 rows on tokenmill's
+    C++ kernel (CPU, bfloat16; kernels/mixed_linear.py; batch-1 decode step
+    1.2-1.25x faster than onednn); torch calls ``F.linear`` on the plain weight.
+    auto: mixed in bfloat16 on CPUs with AMX or AVX512-BF16 (onednn when its
+    second layout does not fit in memory), onednn on other CPUs in bfloat16,
+    torch otherwise (engine/resolve.py). Layers replaced by ``quantization`` or
     ``deterministic`` keep their own kernels."""
     deterministic: bool = False
     """Batch-invariant mode: a request's tokens do not depend on the other

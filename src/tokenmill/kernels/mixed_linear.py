@@ -30,8 +30,11 @@ from torch import nn
 from tokenmill.kernels.packed_linear import PackedLinear
 
 PANEL_MAX_ROWS = 128
-"""Calls with at most this many rows run on the panel kernel (the crossover
-measured per layer shape lies between 16 and 64 rows; docs/PERFORMANCE.md)."""
+"""Calls with at most this many rows run on the panel kernel. Per call the
+crossover with oneDNN lies between 16 and 64 rows depending on the layer's
+shape, but whole decode steps measured faster with panels up to 128 rows and
+slower at 256 (docs/PERFORMANCE.md, "Mixed linears")."""
+
 
 class MixedLinear(nn.Module):
     def __init__(self, linear: nn.Linear, kernels: ModuleType):
