@@ -49,6 +49,12 @@ class EngineStats:
     """Requests ended before they finished, by reason (ABORT_REASONS; cumulative)."""
     prefill_tokens_queued: int = 0
     """Prompt tokens waiting or admitted whose K/V is not computed yet (a gauge)."""
+    kv_blocks_held: int = 0
+    """Blocks of finished prefill-only prompts waiting for a decode engine (a gauge)."""
+    kv_blocks_imported: int = 0
+    """Blocks written into this cache from a prefill engine (cumulative)."""
+    kv_imports_recomputed: int = 0
+    """Imported prompts that could not be adopted and were recomputed here (cumulative)."""
 
     @property
     def kv_usage(self) -> float:

@@ -25,6 +25,7 @@ from dataclasses import replace
 import torch
 
 from tokenmill.config import EngineConfig
+from tokenmill.engine.block_hash import hash_full_blocks
 from tokenmill.engine.block_pool import DEFAULT_EVENT_CAPACITY, BlockPool
 from tokenmill.engine.client import ABORT_REASONS, EngineStats
 from tokenmill.engine.core_messages import (
@@ -39,6 +40,7 @@ from tokenmill.engine.input_processor import check_prompt, check_resume
 from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.kv_events import KVEventBatch
+from tokenmill.engine.kv_transfer import KVBlocks, KVLayout, gather, scatter
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (
     kv_cache_bytes,
@@ -103,6 +105,8 @@ class EngineCore:
         self.fused_ops, self.model.ops = resolve_fused_ops("cpp" if c.deterministic else c.fused_ops,
                                                           self.device, self.dtype)
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel)
+        self.kv_layout = KVLayout.of(self.runner.kv_cache_spec, c.block_size, self.dtype)
+        """What one block holds: another engine's blocks are adopted only under an equal layout."""
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
                                row_by_row=c.deterministic)
         self.exact_head = self.model.exact_head()  # after every swap of the LM head above
@@ -112,6 +116,8 @@ class EngineCore:
         self.request_failures: Counter[str] = Counter()  # stage -> requests failed there
         self.aborted_requests: Counter[str] = Counter()  # reason -> requests ended before they finished
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
+        self.kv_blocks_imported = 0
+        self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
 
     def _swap_linears(self, config: EngineConfig, backend: str, invariant_kernels) -> str:
         """Replace the model's linears for ``backend``; returns the backend in use
@@ -157,10 +163,18 @@ class EngineCore:
 
     # ---- messages in ------------------------------------------------------------
 
-    def add_request(self, request: EngineCoreRequest) -> None:
+    def add_request(self, request: EngineCoreRequest, kv_blocks: KVBlocks | None = None) -> None:
         """Queue a request; RequestError (naming the field) for a prompt or resume
         state that breaks the limits, or a duplicate id. Nothing is registered
-        when it raises."""
+        when it raises.
+
+        ``kv_blocks``: its prompt's K/V computed by a prefill engine
+        (disaggregated serving; the request resumes after its first token).
+        They are written into this cache and the request starts with its prompt
+        computed; a ValueError (naming the field) when they do not fit the
+        request or this engine's layout. When the blocks it was told it holds
+        were evicted meanwhile, or the pool is short, the request recomputes
+        its prompt instead (counted in ``kv_imports_recomputed``)."""
         vocab = self.arch.vocab_size
         check_prompt(request.prompt_token_ids, self.max_model_len, vocab)
         resumed = []
@@ -168,8 +182,65 @@ class EngineCore:
             check_resume(request.prompt_token_ids, request.resume, request.params, self.max_model_len, vocab)
             resumed = list(request.resume.output_token_ids)
         eos = request.eos_token_ids if request.eos_token_ids is not None else self.eos_token_ids
-        self.scheduler.add(Request(request.request_id, list(request.prompt_token_ids), request.params,
-                                   frozenset(eos), self.max_model_len, resumed))
+        req = Request(request.request_id, list(request.prompt_token_ids), request.params, frozenset(eos),
+                      self.max_model_len, resumed, prefill_only=request.prefill_only)
+        if request.request_id in self.scheduler.requests:
+            raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
+        if kv_blocks is not None:
+            self._adopt_kv(req, kv_blocks)
+        self.scheduler.add(req)
+
+    def _adopt_kv(self, req: Request, blocks: KVBlocks) -> None:
+        """Write imported prompt blocks into this cache and hand them to ``req``
+        (see add_request); the blocks before ``first_block`` are this engine's
+        own prefix-cache entries, and the imported full blocks join that cache."""
+        self.kv_layout.check_matches(blocks.layout)
+        bs, prompt = self.config.block_size, req.prompt_token_ids
+        if blocks.request_id != req.request_id or blocks.num_tokens != len(prompt):
+            raise ValueError(f"kv_blocks: they hold request {blocks.request_id!r}'s {blocks.num_tokens} prompt tokens, "
+                             f"not request {req.request_id!r}'s {len(prompt)}")
+        hashes = hash_full_blocks(prompt, bs)
+        first, total = blocks.first_block, self.kv.blocks_needed(len(prompt))
+        if blocks.block_hashes != hashes[first:] or first + blocks.num_blocks != total:
+            raise ValueError(f"kv_blocks.block_hashes: blocks {first}..{first + blocks.num_blocks} do not match "
+                             f"the request's prompt ({total} blocks)")
+        leading = [self.pool.lookup(h) for h in hashes[:first]]
+        if None in leading or total - first > self.pool.num_free_excluding(leading):
+            log.warning("request %s: its imported KV cannot be used here (%s); recomputing its prompt",
+                        req.request_id, "a held prefix block was evicted" if None in leading else "no free blocks")
+            self.kv_imports_recomputed += 1
+            return
+        self.pool.touch(leading)
+        new = self.pool.allocate(total - first)
+        scatter(self.runner.kv_caches, new, blocks.data)
+        if self.kv.enable_prefix_caching:  # the full ones serve later prompts here too (KV events tell the router)
+            full = len(hashes) - first
+            self.pool.store(new[:full], hashes[first:], hashes[first - 1] if first else None,
+                            prompt[first * bs:len(hashes) * bs])
+        self.kv.adopt(req, leading + new, hashes)
+        req.num_computed_tokens = len(prompt)
+        req.num_cached_tokens = first * bs
+        self.kv_blocks_imported += len(new)
+
+    def export_kv(self, request_id: str, first_block: int) -> KVBlocks | None:
+        """A copy of a held prompt's blocks from ``first_block`` on (the
+        receiver holds the ones before), or None when nothing is held for the
+        request (it was never prefill-only, or its hold expired or was
+        released). Safe from another thread than the one that steps: the hold
+        is claimed first, so its blocks stay put while they are read; release
+        it on the stepping thread afterwards (``release_kv``)."""
+        held = self.kv.claim_held(request_id)
+        if held is None:
+            return None
+        full = len(held.hashes)
+        if not 0 <= first_block <= full:
+            raise ValueError(f"first_block: must be within 0..{full} (the prompt's full blocks), got {first_block}")
+        return KVBlocks(request_id, self.kv_layout, first_block, held.num_tokens, held.hashes[first_block:],
+                        gather(self.runner.kv_caches, held.blocks[first_block:]))
+
+    def release_kv(self, request_id: str) -> bool:
+        """Free a held prompt's blocks (after export, or abandoned); False if none was held."""
+        return self.kv.release_hold(request_id)
 
     def finish_requests(self, request_ids: Iterable[str], status: RequestStatus, cause: str | None = None) -> int:
         """The one verb that ends requests early: blocks freed, requests forgotten.
@@ -179,7 +250,10 @@ class EngineCore:
         side (output processing) counts it there and ends it here with
         FINISHED_ERROR. Unknown ids (already finished) are skipped. Returns how
         many it ended."""
+        request_ids = list(request_ids)
         ended = self.scheduler.finish_requests(request_ids, status)
+        for rid in request_ids:  # a prefill-only request already ended: its held blocks go too
+            self.kv.release_hold(rid)
         if ended and status is RequestStatus.FINISHED_ABORTED:
             self.aborted_requests[cause or "abort"] += len(ended)
         return len(ended)
@@ -199,6 +273,8 @@ class EngineCore:
     # ---- the loop ---------------------------------------------------------------
 
     def step(self) -> EngineCoreOutputs:
+        if self.kv.held:
+            self.kv.expire_holds()
         out = self.scheduler.schedule()
         outputs = self._run(out) if out else []
         return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
@@ -284,6 +360,9 @@ class EngineCore:
             request_failures=dict(self.request_failures),
             aborted_requests=dict(self.aborted_requests),
             prefill_tokens_queued=self.scheduler.num_prefill_tokens_queued(),
+            kv_blocks_held=sum(len(h.blocks) for h in list(self.kv.held.values())),
+            kv_blocks_imported=self.kv_blocks_imported,
+            kv_imports_recomputed=self.kv_imports_recomputed,
         )
 
     def subscribe_kv_events(self, capacity: int = DEFAULT_EVENT_CAPACITY) -> None:

@@ -59,6 +59,11 @@ class EngineCoreRequest(msgspec.Struct, frozen=True):
     """End-of-sequence ids (the tokenizer's, set by the input processor); None:
     the model's own from its config."""
     resume: ResumeState | None = None
+    prefill_only: bool = False
+    """Disaggregated serving: compute the prompt, sample the first token, then
+    end with finish_reason 'transfer' and hold the prompt's blocks for a decode
+    engine to take (EngineCore.export_kv). A stop (EOS, stop token, max_tokens)
+    at that first token ends it as usual, holding nothing."""
     arrival_time: float = msgspec.field(default_factory=time.time)
     """Wall-clock seconds when the caller received the request."""
 
@@ -79,7 +84,8 @@ class EngineCoreOutput(msgspec.Struct):
     request_id: str
     new_token_ids: list[int]
     finish_reason: str | None = None
-    """None while running; then 'stop' (EOS or a stop token id), 'length' or 'error'."""
+    """None while running; then 'stop' (EOS or a stop token id), 'length' or 'error';
+    'transfer' for a prefill-only request whose prompt is held for a decode engine."""
     stop_reason: int | None = None
     """The token id that stopped it (EOS or one of ``stop_token_ids``)."""
     num_cached_tokens: int = 0

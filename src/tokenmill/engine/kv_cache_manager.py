@@ -6,14 +6,46 @@ Rules:
 - a block is hashed and indexed once all its tokens' K/V are computed (after
   the step that filled it), never before, so a hit always reads valid K/V;
 - a prefix hit never covers the whole prompt: the last token is recomputed so
-  the request has logits to sample from.
+  the request has logits to sample from;
+- held blocks (disaggregated prefill: a finished prefill-only request's prompt,
+  waiting for a decode engine to take it) keep their references until
+  ``release_hold`` or until they expire (``HOLD_TIMEOUT_S``), so no transfer a
+  decode engine abandons leaks them. Holds are the one piece another thread
+  reads (``claim_held``, for the export that copies them out): ``_hold_lock``
+  guards the table, and a claimed hold never expires under its reader.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from dataclasses import dataclass
+
 from tokenmill.engine.block_hash import hash_full_blocks
 from tokenmill.engine.block_pool import BlockPool
 from tokenmill.engine.request import Request
+
+
+HOLD_TIMEOUT_S = 60.0
+"""Seconds a prefill engine keeps a finished prompt's blocks for a decode
+engine that has not come for them (a transfer takes milliseconds; a frontend
+that died mid-handoff never comes)."""
+
+
+@dataclass
+class HeldBlocks:
+    """A finished prefill-only request's prompt blocks, waiting for export."""
+
+    blocks: list[int]
+    """The request's blocks covering its prompt, in order (the last may be partly filled)."""
+    hashes: list[int]
+    """Chained hashes of its full blocks."""
+    num_tokens: int
+    """Prompt tokens the blocks hold."""
+    deadline: float
+    """time.monotonic() after which an unclaimed hold is released."""
+    claimed: bool = False
+    """An export is reading the blocks: expiry leaves them alone."""
 
 
 class KVCacheManager:
@@ -26,6 +58,8 @@ class KVCacheManager:
         """Chained hashes of the request's full, computed blocks (indexed or not)."""
         self.queries = 0
         self.hits = 0
+        self.held: dict[str, HeldBlocks] = {}
+        self._hold_lock = threading.Lock()
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -90,3 +124,52 @@ class KVCacheManager:
 
     def block_table(self, request_id: str) -> list[int]:
         return self.blocks[request_id]
+
+    # ---- disaggregated prefill: holding blocks for export, adopting imported ones ----
+
+    def hold(self, request: Request, timeout_s: float = HOLD_TIMEOUT_S) -> None:
+        """Keep the blocks of the request's computed tokens (its prompt) for an
+        export instead of freeing them; any block past them is freed."""
+        rid = request.request_id
+        blocks = self.blocks.pop(rid, [])
+        hashes = self.hashes.pop(rid, [])
+        keep = self.blocks_needed(request.num_computed_tokens)
+        self.pool.release(blocks[keep:][::-1])
+        with self._hold_lock:
+            self.held[rid] = HeldBlocks(blocks[:keep], hashes, request.num_computed_tokens,
+                                        time.monotonic() + timeout_s)
+
+    def claim_held(self, request_id: str) -> HeldBlocks | None:
+        """The hold of a request, marked as being read (any thread); None if
+        there is none (never held, released or expired)."""
+        with self._hold_lock:
+            held = self.held.get(request_id)
+            if held is not None:
+                held.claimed = True
+            return held
+
+    def release_hold(self, request_id: str) -> bool:
+        """Drop a hold (exported, or abandoned); False if there was none."""
+        with self._hold_lock:
+            held = self.held.pop(request_id, None)
+        if held is None:
+            return False
+        self.pool.release(held.blocks[::-1])
+        return True
+
+    def expire_holds(self, now: float | None = None) -> int:
+        """Release unclaimed holds past their deadline; returns how many."""
+        now = time.monotonic() if now is None else now
+        with self._hold_lock:
+            expired = [rid for rid, h in self.held.items() if h.deadline <= now and not h.claimed]
+            released = [self.held.pop(rid) for rid in expired]
+        for held in released:
+            self.pool.release(held.blocks[::-1])
+        return len(released)
+
+    def adopt(self, request: Request, blocks: list[int], hashes: list[int]) -> None:
+        """Give a new request blocks that already hold its first tokens' K/V
+        (imported, or prefix hits; the caller took their references) and the
+        chained hashes of the full ones."""
+        self.blocks[request.request_id] = list(blocks)
+        self.hashes[request.request_id] = list(hashes)

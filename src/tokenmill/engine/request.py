@@ -24,6 +24,10 @@ class RequestStatus(enum.Enum):
     FINISHED_LENGTH = "length"
     FINISHED_ABORTED = "abort"
     FINISHED_ERROR = "error"
+    FINISHED_TRANSFER = "transfer"
+    """A prefill-only request that sampled its first token: its prompt's blocks
+    are held for a decode engine to take (KVCacheManager.hold); the request
+    itself goes on there. Never reaches a client."""
 
     @property
     def finished(self) -> bool:
@@ -40,6 +44,9 @@ class Request:
     resumed_output_ids: list[int] = field(default_factory=list)
     """Output generated before a resume (counted as output: max_tokens, penalties, seeded positions)."""
     arrival_time: float = field(default_factory=time.monotonic)
+    prefill_only: bool = False
+    """Disaggregated prefill: end after the first token (status FINISHED_TRANSFER)
+    unless a stop ends it first."""
 
     token_ids: list[int] = field(init=False)
     """Prompt followed by output; appended to in place (never rebuilt per step)."""
@@ -89,4 +96,6 @@ class Request:
             return RequestStatus.FINISHED_STOPPED
         if self.num_output_tokens >= p.max_tokens or self.num_tokens >= self.max_model_len:
             return RequestStatus.FINISHED_LENGTH
+        if self.prefill_only:
+            return RequestStatus.FINISHED_TRANSFER
         return None

@@ -122,8 +122,11 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            prefix = self.kv.find_prefix(req)
-            cached = len(prefix) * self.kv.block_size
+            if req.num_computed_tokens:  # its KV arrived with it (KVCacheManager.adopt): no lookup
+                prefix, cached = [], req.num_computed_tokens
+            else:
+                prefix = self.kv.find_prefix(req)
+                cached = len(prefix) * self.kv.block_size
             n = min(req.num_tokens - cached, budget)
             if not self.kv.allocate(req, n, prefix):
                 break
@@ -186,9 +189,10 @@ class Scheduler:
         return advanced
 
     def finish_requests(self, request_ids, status: RequestStatus) -> list[Request]:
-        """End requests (stop, length, abort, error): take them off the queues,
-        free their blocks and forget them. Unknown or already finished ids are
-        skipped. Returns the requests it ended."""
+        """End requests (stop, length, abort, error, transfer): take them off the
+        queues, free their blocks (a transfer holds them instead) and forget
+        them. Unknown or already finished ids are skipped. Returns the requests
+        it ended."""
         ended = []
         for rid in request_ids:
             req = self.requests.pop(rid, None)
@@ -198,7 +202,10 @@ class Scheduler:
                 self.running.remove(req)
             else:
                 self.waiting.remove(req)
-            self.kv.free(req)
+            if status is RequestStatus.FINISHED_TRANSFER:
+                self.kv.hold(req)  # its prompt's blocks wait for the decode engine
+            else:
+                self.kv.free(req)
             req.status = status
             ended.append(req)
         return ended
