@@ -109,15 +109,31 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--worker-num-gpus", type=float, default=0.0, help="GPUs per worker (Ray placement)")
     g.add_argument("--migration-limit", type=int, default=3,
                    help="times a request may move to a live worker when its worker dies (0: it fails instead)")
+    d = parser.add_argument_group("disaggregated prefill/decode (Ray): prompts computed on prefill workers, "
+                                  "their KV moved to decode workers")
+    d.add_argument("--prefill-workers", type=int, default=0,
+                   help="workers that only compute prompts (with --decode-workers; instead of --workers)")
+    d.add_argument("--decode-workers", type=int, default=0,
+                   help="workers that receive the prompts' KV blocks and decode (with --prefill-workers)")
+    d.add_argument("--disagg-min-prefill-tokens", type=int, default=256,
+                   help="prompts whose part not cached on their decode worker is shorter than this are computed "
+                        "there, not sent to a prefill worker (default 256)")
+    d.add_argument("--disagg-max-prefill-queue", type=int, default=4,
+                   help="when every prefill worker has this many prefills in flight, new prompts are computed on "
+                        "their decode worker (default 4)")
 
 
 def cluster_options_from_args(args: argparse.Namespace):
+    from tokenmill.cluster.disagg import DisaggConfig
     from tokenmill.cluster.launch import ClusterOptions
 
     return ClusterOptions(workers=args.workers, router=args.router, router_overlap_weight=args.router_overlap_weight,
                           router_temperature=args.router_temperature, ray_address=args.ray_address,
                           worker_num_cpus=args.worker_num_cpus, worker_num_gpus=args.worker_num_gpus,
-                          migration_limit=args.migration_limit)
+                          migration_limit=args.migration_limit, prefill_workers=args.prefill_workers,
+                          decode_workers=args.decode_workers,
+                          disagg=DisaggConfig(min_prefill_tokens=args.disagg_min_prefill_tokens,
+                                              max_prefill_queue=args.disagg_max_prefill_queue))
 
 
 def add_generate_args(parser: argparse.ArgumentParser) -> None:

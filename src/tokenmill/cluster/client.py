@@ -10,6 +10,16 @@ One poller thread per worker keeps a long ``poll`` outstanding and hands each
 step's outputs to the request streams; the same outputs carry the worker's
 load and KV events, which feed the router. A stop string found here ends the
 request on its worker with an EngineCoreFinish message.
+
+Disaggregated serving (prefill workers present, cluster/disagg.py): a request
+routed to a decode worker may be sent to a prefill worker first, as a
+prefill-only request; its first token streams to the client at once, then a
+handoff thread moves it: the decode worker says which leading blocks it holds,
+the prefill worker publishes the rest, the decode worker imports them with the
+request's continuation (the first token as ResumeState). A transfer that fails
+is retried once, then the decode worker computes the prompt itself. Whoever
+moves a request first sets its route to None (a handoff, a migration): the
+other finds the route changed and leaves it alone.
 """
 
 from __future__ import annotations
@@ -17,14 +27,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+from collections import Counter
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import msgspec
 
+from tokenmill.cluster.disagg import DisaggConfig, DisaggMetrics, decide
+from tokenmill.cluster.kv_transport import RayObjectStoreTransport
 from tokenmill.cluster.router.types import NoWorkerAvailable, WorkerLoad
 from tokenmill.cluster.worker import WorkerInfo
 from tokenmill.engine.async_engine import OutputStream, put_all
+from tokenmill.engine.block_hash import hash_full_blocks
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.core_messages import (
     EngineCoreFinish,
@@ -61,12 +77,18 @@ class WorkerHandle:
 
 class ClusterEngine:
     def __init__(self, actors: list, router, tokenizer_source: str | None = None,
-                 max_waiting_requests: int | None = None, started_ray: bool = False, migration_limit: int = 3):
+                 max_waiting_requests: int | None = None, started_ray: bool = False, migration_limit: int = 3,
+                 disagg: DisaggConfig | None = None):
         """actors: EngineWorker actor handles (cluster/launch.py); router: a
-        cluster.router.Router; tokenizer_source: overrides the workers' own;
-        migration_limit: moves per request to a live worker when its worker
-        dies (0: fail it instead)."""
+        cluster.router.Router (it routes among the decode and aggregated
+        workers; prefill workers get a Router of their own with its config);
+        tokenizer_source: overrides the workers' own; migration_limit: moves
+        per request to a live worker when its worker dies (0: fail it
+        instead); disagg: the conditional-disaggregation rule, when some
+        workers are prefill workers (default DisaggConfig())."""
         import ray
+
+        from tokenmill.cluster.router import Router
 
         described = ray.get([a.describe.remote() for a in actors])
         infos = [msgspec.msgpack.decode(data, type=WorkerInfo) for data in described]
@@ -75,15 +97,32 @@ class ClusterEngine:
             if (info.model_name, info.max_model_len, info.vocab_size, info.block_size) != \
                     (first.model_name, first.max_model_len, first.vocab_size, first.block_size):
                 raise ValueError(f"workers: {info.worker_id} serves a different model or shape than {first.worker_id}")
+            if info.kv_layout is not None and first.kv_layout is not None:
+                try:
+                    first.kv_layout.check_matches(info.kv_layout)
+                except ValueError as exc:
+                    raise ValueError(f"workers: {info.worker_id} vs {first.worker_id}: {exc}") from None
+        roles = Counter(info.role for info in infos)
+        if roles["prefill"] and not (roles["decode"] or roles["aggregated"]):
+            raise ValueError("workers: prefill workers need at least one decode worker to hand requests to")
         self.workers = {info.worker_id: WorkerHandle(info, actor) for info, actor in zip(infos, actors)}
         self.model_name, self.max_model_len = first.model_name, first.max_model_len
         self.tokenizer = _load_tokenizer(tokenizer_source or first.tokenizer_source)
         self.input_processor = InputProcessor(self.tokenizer, first.max_model_len, first.vocab_size)
         self.output_processor = OutputProcessor(self.tokenizer)
         self.router = router
-        self._router_lock = threading.Lock()  # the router is not thread-safe: pollers feed it, routes read it
+        """Routes among decode and aggregated workers (every request ends on one)."""
+        self.prefill_router = Router(router.config) if roles["prefill"] else None
+        """Routes among prefill workers (None: no disaggregation)."""
+        self._router_lock = threading.Lock()  # routers are not thread-safe: pollers feed them, routes read them
         for worker_id in self.workers:
-            router.add_worker(worker_id)
+            self._router_of(worker_id).add_worker(worker_id)
+        self.disagg = (disagg or DisaggConfig()) if self.prefill_router is not None else None
+        self.disagg_metrics = DisaggMetrics()
+        self.kv_transport = RayObjectStoreTransport.name
+        """How KV blocks travel between workers (the workers' default transport)."""
+        self._prefill_legs: Counter = Counter()  # prefill worker -> prefills in flight there (under _router_lock)
+        self._handoffs = ThreadPoolExecutor(4, thread_name_prefix="kv-handoff") if self.disagg else None
         self.max_waiting_requests = max_waiting_requests
         self._started_ray = started_ray
         self._lock = threading.Lock()  # output processor, streams, routes
@@ -110,27 +149,51 @@ class ClusterEngine:
         try:
             with self._router_lock:
                 decision = self.router.route(request.prompt_token_ids, session=params.extra.get("user"))
+                prefill_id = self._plan_prefill(request, decision)
         except NoWorkerAvailable as exc:
             raise EngineUnavailableError(str(exc)) from exc
         stream = OutputStream(asyncio.get_running_loop())
+        target = prefill_id or decision.worker_id
+        flight = _InFlight(request, routed_tokens=len(request.prompt_token_ids), load_worker=decision.worker_id,
+                           prefill_worker=prefill_id, decode_worker=decision.worker_id if prefill_id else None)
         with self._lock:
             if rid in self._streams:
+                self._released(flight)
                 raise RequestError("request_id", f"duplicate request id {rid!r}")
             self.output_processor.add(request)
-            self._streams[rid], self._route[rid] = stream, decision.worker_id
-            self._inflight[rid] = _InFlight(request, routed_tokens=len(request.prompt_token_ids))
+            self._streams[rid], self._route[rid] = stream, target
+            self._inflight[rid] = flight
+        message = msgspec.structs.replace(request, prefill_only=True) if prefill_id else request
         finished = False
         try:
             try:
-                await self.workers[decision.worker_id].actor.submit.remote(encode(request))
+                await self.workers[target].actor.submit.remote(encode(message))
             except Exception as exc:  # its worker died after the router chose it: move the request on
-                await asyncio.to_thread(self._submit_failed, rid, decision.worker_id, exc)
+                await asyncio.to_thread(self._submit_failed, rid, target, exc)
             async for item in stream.outputs():
                 finished = item.finished
                 yield item
         finally:
             if not finished:  # the consumer left: end the request on its worker
                 self._end(rid, RequestStatus.FINISHED_ABORTED, "client_disconnect")
+
+    def _plan_prefill(self, request: EngineCoreRequest, decision) -> str | None:
+        """Under the router lock: the prefill worker to compute this prompt, or
+        None to compute it on the decode worker ``decision`` chose (disagg.decide)."""
+        if self.disagg is None:
+            return None
+        live = [w.worker_id for w in self.prefill_router.workers if w.alive]
+        choice = decide(self.disagg, len(request.prompt_token_ids), decision.overlap_blocks or 0,
+                        self.router.config.block_size, [self._prefill_legs[w] for w in live])
+        self.disagg_metrics.decisions[choice] += 1
+        if choice != "remote":
+            return None
+        prefill_id = self.prefill_router.route(request.prompt_token_ids).worker_id
+        self._prefill_legs[prefill_id] += 1
+        return prefill_id
+
+    def _router_of(self, worker_id: str):
+        return self.prefill_router if self.workers[worker_id].info.role == "prefill" else self.router
 
     async def abort(self, request_id: str) -> None:
         self._end(request_id, RequestStatus.FINISHED_ABORTED, "abort")
@@ -144,7 +207,8 @@ class ClusterEngine:
                 continue
             for name in ("num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used", "prefix_cache_queries",
                          "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens",
-                         "forward_retries", "prefill_tokens_queued"):
+                         "forward_retries", "prefill_tokens_queued", "kv_blocks_held", "kv_blocks_imported",
+                         "kv_imports_recomputed"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             for mine, theirs in ((total.request_failures, s.request_failures),
                                  (total.aborted_requests, s.aborted_requests)):
@@ -160,6 +224,8 @@ class ClusterEngine:
         import ray
 
         self._stopped.set()
+        if self._handoffs is not None:
+            self._handoffs.shutdown(wait=False, cancel_futures=True)
         for t in self._pollers:
             t.join(timeout=POLL_TIMEOUT_S * 3)
         with self._lock:
@@ -199,7 +265,7 @@ class ClusterEngine:
         log.error("worker %s is down (%s: %s); routing around it", worker_id, type(exc).__name__, exc)
         self.workers[worker_id].alive = False
         with self._router_lock:
-            self.router.mark_dead(worker_id)
+            self._router_of(worker_id).mark_dead(worker_id)
         with self._lock:
             ids = [rid for rid, w in self._route.items() if w == worker_id]
         for rid in ids:
@@ -235,9 +301,8 @@ class ClusterEngine:
             self._route[request_id] = None
             request = flight.continuation()
             flight.migrations += 1
-            self._released(from_worker, flight)
+            self._released(flight)
             tokens = list(request.prompt_token_ids) + request.resume.output_token_ids
-            flight.routed_tokens = len(tokens)
         import ray
 
         try:
@@ -248,6 +313,7 @@ class ClusterEngine:
             return False
         with self._lock:  # routed before it is sent: its first outputs may beat the submit's answer
             self._route[request_id] = decision.worker_id
+            flight.load_worker, flight.routed_tokens = decision.worker_id, len(tokens)
         try:
             ray.get(self.workers[decision.worker_id].actor.submit.remote(encode(request)), timeout=30)
         except Exception as exc:  # that worker failed too: the request ends with an error
@@ -255,7 +321,7 @@ class ClusterEngine:
             with self._lock:
                 if self._route.get(request_id) == decision.worker_id:
                     self._route[request_id] = None
-                self._released(decision.worker_id, flight)
+                self._released(flight)
             return False
         with self._lock:
             if request_id not in self._inflight:  # finished or aborted meanwhile: take it back
@@ -266,18 +332,30 @@ class ClusterEngine:
                     len(request.resume.output_token_ids))
         return True
 
-    def _released(self, worker_id: str | None, flight: _InFlight | None) -> None:
-        """A request left ``worker_id``: its blocks leave the router's load figure."""
-        if worker_id is not None and flight is not None and flight.routed_tokens:
+    def _released(self, flight: _InFlight | None) -> None:
+        """A request left its worker (ended, or moving): its blocks leave the
+        routers' load figures (and its prefill leg, if any, ends)."""
+        if flight is None:
+            return
+        self._end_prefill_leg(flight)
+        if flight.load_worker is not None and flight.routed_tokens:
             with self._router_lock:
-                self.router.release(worker_id, flight.routed_tokens)
-            flight.routed_tokens = 0
+                self.router.release(flight.load_worker, flight.routed_tokens)
+        flight.load_worker, flight.routed_tokens = None, 0
+
+    def _end_prefill_leg(self, flight: _InFlight) -> None:
+        prefill_id, flight.prefill_worker = flight.prefill_worker, None
+        if prefill_id is not None:
+            with self._router_lock:
+                self.prefill_router.release(prefill_id, len(flight.request.prompt_token_ids))
+                self._prefill_legs[prefill_id] -= 1
 
     def _fail(self, request_id: str, error: str) -> None:
         with self._lock:
             stream = self._streams.pop(request_id, None)
             out = self.output_processor.fail(request_id, error)
-            self._released(self._route.pop(request_id, None), self._inflight.pop(request_id, None))
+            self._route.pop(request_id, None)
+            self._released(self._inflight.pop(request_id, None))
         if stream is not None and out is not None:
             stream.put(out)
 
@@ -289,7 +367,7 @@ class ClusterEngine:
         handle.info = msgspec.msgpack.decode(ray.get(handle.actor.describe.remote()), type=WorkerInfo)
         handle.alive, handle.stats = True, None
         with self._router_lock:
-            self.router.mark_alive(worker_id)
+            self._router_of(worker_id).mark_alive(worker_id)
         log.warning("worker %s is back (pid %d)", worker_id, handle.info.pid)
 
     def describe_workers(self) -> list[dict]:
@@ -298,21 +376,37 @@ class ClusterEngine:
         for worker_id, h in self.workers.items():
             s = h.stats
             out.append({"id": worker_id, "node": h.info.node_id, "pid": h.info.pid, "alive": h.alive,
-                        "role": "aggregated",
+                        "role": h.info.role,
                         "load": {"running": s.num_running, "waiting": s.num_waiting,
                                  "prefill_tokens_queued": s.prefill_tokens_queued} if s else None,
                         "kv_blocks_used": s.kv_blocks_used if s else None,
                         "kv_blocks_total": s.kv_blocks_total if s else None,
                         "kv_usage": s.kv_usage if s else None,
+                        "kv_blocks_held": s.kv_blocks_held if s else None,
+                        "kv_blocks_imported": s.kv_blocks_imported if s else None,
                         "prefix_cache_hit_rate": s.prefix_hit_rate if s else None})
         return out
 
+    def describe_disagg(self) -> dict:
+        """For GET /v1/workers: the rule, its decisions and the transfers so far."""
+        d, m = self.disagg, self.disagg_metrics
+        with self._router_lock:
+            queues = dict(self._prefill_legs)
+        return {"min_prefill_tokens": d.min_prefill_tokens, "max_prefill_queue": d.max_prefill_queue,
+                "kv_transport": self.kv_transport, "decisions": dict(m.decisions),
+                "prefill_queue": {w: n for w, n in queues.items() if n},
+                "transfers": m.transfers, "transfer_bytes": m.transfer_bytes, "transfer_blocks": m.transfer_blocks,
+                "blocks_skipped": m.blocks_skipped, "transfer_seconds": round(m.transfer_seconds, 6),
+                "bandwidth_bytes_per_s": round(m.bandwidth_bytes_per_s, 1),
+                "transfer_failures": m.transfer_failures, "local_fallbacks": m.local_fallbacks}
+
     def _on_outputs(self, worker_id: str, step: EngineCoreOutputs) -> None:
         self.workers[worker_id].stats = step.stats
+        router = self._router_of(worker_id)
         with self._router_lock:
-            self.router.update_load(worker_id, WorkerLoad.from_stats(step.stats))
+            router.update_load(worker_id, WorkerLoad.from_stats(step.stats))
             if step.kv_events is not None:
-                self.router.apply_kv_events(worker_id, step.kv_events)
+                router.apply_kv_events(worker_id, step.kv_events)
         with self._lock:
             # Only the worker a request is routed to speaks for it: a copy left on
             # a worker it moved away from (one that was unreachable, not dead) is
@@ -320,7 +414,12 @@ class ClusterEngine:
             current = [o for o in step.outputs if self._route.get(o.request_id) == worker_id]
             stale = [o.request_id for o in step.outputs
                      if o.request_id in self._route and self._route[o.request_id] != worker_id
-                     and o.finish_reason is None]
+                     and o.finish_reason in (None, "transfer")]
+            handoffs = []
+            for o in current:  # a prefill worker's first token: the client's, and not the end
+                if o.finish_reason == "transfer":
+                    o.finish_reason = None
+                    handoffs.append(o.request_id)
             done = self.output_processor.process(current)
             self._output_failures += len(done.failed)
             streams = []
@@ -328,7 +427,7 @@ class ClusterEngine:
                 stream = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
                 if out.finished:
                     self._route.pop(out.request_id, None)
-                    self._released(worker_id, self._inflight.pop(out.request_id, None))
+                    self._released(self._inflight.pop(out.request_id, None))
                 elif out.request_id in self._inflight:
                     self._inflight[out.request_id].sent += out.new_token_ids
                 streams.append((stream, out))
@@ -337,6 +436,8 @@ class ClusterEngine:
         if stale:
             self._send_finish(worker_id, stale, RequestStatus.FINISHED_ABORTED, "abort")
         put_all([(stream, out) for stream, out in streams if stream is not None])
+        for request_id in handoffs:
+            self._handoffs.submit(self._handoff, request_id, worker_id)
 
     def _end(self, request_id: str, status: RequestStatus, cause: str | None) -> None:
         """End a request here and on its worker (abort, disconnect); a consumer
@@ -346,7 +447,7 @@ class ClusterEngine:
             self._output_failures += not ok
             stream = self._streams.pop(request_id, None)
             worker_id = self._route.pop(request_id, None)
-            self._released(worker_id, self._inflight.pop(request_id, None))
+            self._released(self._inflight.pop(request_id, None))
         if worker_id is not None:
             self._send_finish(worker_id, [request_id], status, cause)
         if stream is not None and out is not None:
@@ -354,6 +455,121 @@ class ClusterEngine:
 
     def _send_finish(self, worker_id: str, ids: list[str], status: RequestStatus, cause: str | None) -> None:
         self.workers[worker_id].actor.finish.remote(encode(EngineCoreFinish(ids, status.value, cause)))
+
+    # ---- disaggregated serving: the handoff from a prefill to a decode worker ----
+
+    def _handoff(self, request_id: str, prefill_id: str) -> None:
+        """Move a request whose prompt ``prefill_id`` computed to its decode
+        worker (on a handoff thread). Only what the decode worker lacks is sent;
+        a failed attempt is retried once, then the decode worker computes the
+        prompt itself. The prefill worker's hold ends in every case (the export
+        releases it; an abandoned one is released here or expires there)."""
+        with self._lock:
+            flight = self._inflight.get(request_id)
+            if flight is None or self._route.get(request_id) != prefill_id:
+                flight = None  # ended, or moved on by a migration meanwhile
+            else:
+                self._route[request_id] = None  # moving: see the module docstring
+                continuation, decode_id = flight.continuation(), flight.decode_worker
+        if flight is None:
+            self._send_release(prefill_id, request_id)
+            return
+        self._end_prefill_leg(flight)
+        if not self.workers[decode_id].alive:  # its decode worker died meanwhile: another one computes it
+            with self._lock:
+                self._route[request_id] = decode_id
+            self._move_or_fail(request_id, decode_id, RuntimeError(f"decode worker {decode_id} is down"))
+            self._send_release(prefill_id, request_id)
+            return
+        if self._transfer(request_id, prefill_id, decode_id, continuation):
+            return
+        with self._lock:
+            if request_id not in self._inflight or self._route.get(request_id) is not None:
+                return  # ended, or a migration took it
+            self._route[request_id] = decode_id
+        if not self.workers[decode_id].alive:  # the transfer failed because its decode worker died
+            self._move_or_fail(request_id, decode_id, RuntimeError(f"decode worker {decode_id} is down"))
+            return
+        self.disagg_metrics.local_fallbacks += 1
+        log.warning("request %s: KV transfer from %s to %s failed; %s computes the prompt", request_id,
+                    prefill_id, decode_id, decode_id)
+        self._send_continuation(request_id, decode_id, continuation)
+
+    def _transfer(self, request_id: str, prefill_id: str, decode_id: str, continuation: EngineCoreRequest) -> bool:
+        """Ask the decode worker what it holds, have the prefill worker publish
+        the rest, have the decode worker import it with the continuation; True
+        once the request is on the decode worker (or ended meanwhile)."""
+        import ray
+
+        timeout = self.disagg.transfer_timeout_s
+        prefill, decode = self.workers[prefill_id].actor, self.workers[decode_id].actor
+        hashes = hash_full_blocks(list(continuation.prompt_token_ids), self.router.config.block_size)
+        exported = None
+        for attempt in (1, 2):
+            start = time.perf_counter()
+            try:
+                if exported is None:
+                    held = ray.get(decode.held_prefix.remote(hashes), timeout=timeout)
+                    exported = ray.get(prefill.export_kv.remote(request_id, held), timeout=timeout)
+                    if exported is None:
+                        log.warning("request %s: %s no longer holds its prompt", request_id, prefill_id)
+                        return False
+                handle, nbytes, nblocks = exported
+                with self._lock:  # routed before it lands: its first outputs may beat the call's answer
+                    if request_id not in self._inflight:
+                        return True
+                    self._route[request_id] = decode_id
+                ray.get(decode.import_kv.remote(encode(continuation), handle), timeout=timeout)
+            except Exception as exc:  # a dead or unreachable worker, a timeout, a refused layout
+                self.disagg_metrics.transfer_failures += 1
+                log.warning("request %s: KV transfer attempt %d %s -> %s failed: %s: %s", request_id, attempt,
+                            prefill_id, decode_id, type(exc).__name__, exc)
+                with self._lock:
+                    route, live = self._route.get(request_id), request_id in self._inflight
+                    if live and route == decode_id:
+                        self._route[request_id] = route = None  # ours again
+                if not live:  # the client left; in case the import landed after all, end it there
+                    self._send_finish(decode_id, [request_id], RequestStatus.FINISHED_ABORTED, "abort")
+                    return True
+                if route is not None:
+                    return True  # a migration (its decode worker died) moved it on
+                if not self.workers[decode_id].alive:
+                    return False  # no retry into a dead worker
+                continue
+            m = self.disagg_metrics
+            m.transfers += 1
+            m.transfer_bytes += nbytes
+            m.transfer_blocks += nblocks
+            m.blocks_skipped += held
+            m.transfer_seconds += time.perf_counter() - start
+            self._take_back_if_ended(request_id, decode_id)
+            return True
+        return False
+
+    def _send_continuation(self, request_id: str, worker_id: str, request: EngineCoreRequest) -> None:
+        """Submit a request's continuation to ``worker_id`` (its route already
+        says so); a worker that fails the submit is handled like a dead one."""
+        import ray
+
+        try:
+            ray.get(self.workers[worker_id].actor.submit.remote(encode(request)),
+                    timeout=self.disagg.transfer_timeout_s)
+        except Exception as exc:
+            self._submit_failed(request_id, worker_id, exc)
+            return
+        self._take_back_if_ended(request_id, worker_id)
+
+    def _take_back_if_ended(self, request_id: str, worker_id: str) -> None:
+        """The client left while the request moved: end it where it landed."""
+        with self._lock:
+            ended = request_id not in self._inflight
+        if ended:
+            self._send_finish(worker_id, [request_id], RequestStatus.FINISHED_ABORTED, "abort")
+
+    def _send_release(self, worker_id: str, request_id: str) -> None:
+        """End a prefill worker's hold on a prompt nobody will take (the finish
+        verb releases held blocks; the request itself has ended there)."""
+        self._send_finish(worker_id, [request_id], RequestStatus.FINISHED_ABORTED, "abort")
 
     def _num_waiting(self) -> int:
         return sum(h.stats.num_waiting for h in self.workers.values() if h.stats is not None)
@@ -365,7 +581,13 @@ class _InFlight:
 
     request: EngineCoreRequest
     routed_tokens: int = 0
-    """Tokens its current worker was routed for (Router.release gives them back)."""
+    """Tokens ``load_worker`` was routed for (Router.release gives them back)."""
+    load_worker: str | None = None
+    """The decode or aggregated worker whose load in the router counts this request."""
+    prefill_worker: str | None = None
+    """The prefill worker computing its prompt, until the handoff (disaggregated only)."""
+    decode_worker: str | None = None
+    """Where its KV goes after the prefill (disaggregated only)."""
     sent: list[int] = field(default_factory=list)
     """Tokens its client has received (since the request's own resume point, if any)."""
     migrations: int = 0

@@ -5,6 +5,9 @@ a small object store) unless ``--ray-address`` names a running cluster to
 join. Workers are Ray actors placed by their resource request
 (``--worker-num-cpus``, ``--worker-num-gpus``); Ray restarts a crashed worker
 (``max_restarts``), and the frontend treats it as new when it comes back.
+
+``--prefill-workers P --decode-workers D`` starts P prefill and D decode
+workers instead (disaggregated serving, cluster/disagg.py).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
+from tokenmill.cluster.disagg import DisaggConfig
 from tokenmill.cluster.router.policies.kv import DEFAULT_OVERLAP_WEIGHT
 from tokenmill.config import EngineConfig
 
@@ -39,18 +43,46 @@ class ClusterOptions:
     """GPUs each worker asks Ray for."""
     migration_limit: int = 3
     """Times a request may move to a live worker when its worker dies (0: it fails with an error)."""
+    prefill_workers: int = 0
+    """Disaggregated serving: workers that only compute prompts (0: none, every worker aggregated)."""
+    decode_workers: int = 0
+    """Disaggregated serving: workers that take the prompts' KV and decode (with prefill_workers)."""
+    disagg: DisaggConfig = DisaggConfig()
+    """When a prompt is computed on a prefill worker rather than on its decode worker."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers: must be at least 1, got {self.workers}")
+        if self.prefill_workers < 0 or self.decode_workers < 0:
+            raise ValueError("prefill_workers and decode_workers: must be >= 0")
+        if self.prefill_workers and not self.decode_workers:
+            raise ValueError("decode_workers: prefill workers need at least one decode worker")
+        if self.decode_workers and not self.prefill_workers:
+            raise ValueError("prefill_workers: decode workers need at least one prefill worker "
+                             "(without prefill workers, use --workers)")
+        if self.prefill_workers and self.workers > 1:
+            raise ValueError("workers: give either --workers (aggregated) or --prefill-workers and "
+                             "--decode-workers (disaggregated), not both")
         if self.worker_num_cpus <= 0 or self.worker_num_gpus < 0:
             raise ValueError("worker_num_cpus: must be positive (and worker_num_gpus >= 0)")
         if self.migration_limit < 0:
             raise ValueError(f"migration_limit: must be >= 0, got {self.migration_limit}")
 
+    @property
+    def roles(self) -> list[str]:
+        """One role per worker to start (cluster/worker.py ROLES)."""
+        if self.prefill_workers:
+            return ["prefill"] * self.prefill_workers + ["decode"] * self.decode_workers
+        return ["aggregated"] * self.workers
+
+    @property
+    def is_cluster(self) -> bool:
+        """More than one worker: serve through Ray (one worker is served in-process)."""
+        return len(self.roles) > 1
+
 
 def start_cluster(config: EngineConfig, options: ClusterOptions):
-    """Ray (started or joined), ``options.workers`` workers and a router -> a
+    """Ray (started or joined), the workers ``options.roles`` names and a router -> a
     ClusterEngine (an EngineClient the server uses like the in-process engine)."""
     from tokenmill.cluster.client import ClusterEngine
     from tokenmill.cluster.router import Router, RouterConfig
@@ -60,9 +92,10 @@ def start_cluster(config: EngineConfig, options: ClusterOptions):
                                  seed=config.seed))
     started = start_ray(options.ray_address)
     try:
-        actors = launch_workers(config, options.workers, options.worker_num_cpus, options.worker_num_gpus)
+        actors = launch_workers(config, len(options.roles), options.worker_num_cpus, options.worker_num_gpus,
+                                roles=options.roles)
         return ClusterEngine(actors, router, config.tokenizer, config.max_waiting_requests, started_ray=started,
-                             migration_limit=options.migration_limit)
+                             migration_limit=options.migration_limit, disagg=options.disagg)
     except BaseException:
         if started:
             import ray
@@ -72,7 +105,9 @@ def start_cluster(config: EngineConfig, options: ClusterOptions):
 
 OBJECT_STORE_BYTES = 256 * 1024 * 1024
 """The object store of a Ray instance we start: workers exchange small msgpack
-messages, not tensors (KV transfer will size its own)."""
+messages, and KV transfers put each prompt's blocks there until the decode
+worker has copied them (SmolLM2-135M: 30 KiB per token in bf16, so a
+2k-token prompt is 60 MiB; Ray spills to disk past the store's size)."""
 
 
 def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
@@ -91,10 +126,13 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
 
 
 def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_gpus: float,
-                   max_restarts: int = -1, scheduling_strategy: str | None = "SPREAD") -> list:
+                   max_restarts: int = -1, scheduling_strategy: str | None = "SPREAD",
+                   roles: list[str] | None = None) -> list:
     """Create ``num_workers`` EngineWorker actors; each loads the model itself.
     Threads per worker default to the CPUs it was given (at least 1).
-    ``scheduling_strategy`` 'SPREAD' puts workers on different nodes when it can."""
+    ``scheduling_strategy`` 'SPREAD' puts workers on different nodes when it can.
+    ``roles``: one per worker (default: all aggregated); prefill and decode
+    workers are named prefill-i and decode-i, aggregated ones worker-i."""
     import ray
 
     from tokenmill.cluster.worker import EngineWorker
@@ -107,4 +145,9 @@ def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_
     options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts, max_task_retries=0)
     if scheduling_strategy:
         options["scheduling_strategy"] = scheduling_strategy
-    return [actor_class.options(**options).remote(f"worker-{i}", config_json) for i in range(num_workers)]
+    roles = roles or ["aggregated"] * num_workers
+    if len(roles) != num_workers:
+        raise ValueError(f"roles: {len(roles)} given for {num_workers} workers")
+    names = [f"worker-{i}" if role == "aggregated" else f"{role}-{roles[:i].count(role)}"
+             for i, role in enumerate(roles)]
+    return [actor_class.options(**options).remote(name, config_json, role) for name, role in zip(names, roles)]

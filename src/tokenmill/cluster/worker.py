@@ -14,6 +14,16 @@ thread touches the core. The worker subscribes to the core's KV events, so
 every step's outputs carry them for the router (a KV-aware router mirrors
 each worker's cache from them).
 
+Roles (disaggregated serving): an ``aggregated`` worker (the default) does
+everything; a ``prefill`` worker gets prefill-only requests and keeps each
+finished prompt's blocks until the frontend asks for them
+(``export_kv``: copied out on the actor's thread while the core steps on,
+then released on the core's thread); a ``decode`` worker reports which leading
+blocks of a prompt it already holds (``held_prefix``) and takes the rest with
+the request (``import_kv``). A decode worker also serves whole requests (a
+prefill kept local). How the blocks travel is the transport's
+(cluster/kv_transport.py).
+
 The class is plain Python; ``cluster/launch.py`` wraps it with ``ray.remote``
 at placement time (CPUs, GPUs, restarts), so it can be tested without Ray.
 """
@@ -27,6 +37,7 @@ import threading
 
 import msgspec
 
+from tokenmill.cluster.kv_transport import make_transport
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
 from tokenmill.engine.core_messages import (
@@ -37,9 +48,15 @@ from tokenmill.engine.core_messages import (
     encode,
     failure_message,
 )
+from tokenmill.engine.kv_transfer import KVLayout
 from tokenmill.engine.step_thread import start_step_thread
 
 log = logging.getLogger(__name__)
+
+ROLES = ("aggregated", "prefill", "decode")
+
+HOLD_CHECK_S = 1.0
+"""How often an idle worker that holds exported-to-be blocks checks their expiry."""
 
 
 class WorkerInfo(msgspec.Struct, frozen=True):
@@ -54,14 +71,24 @@ class WorkerInfo(msgspec.Struct, frozen=True):
     block_size: int
     tokenizer_source: str | None
     """Where the frontend loads the tokenizer from (it tokenizes, the worker never does)."""
+    role: str = "aggregated"
+    """aggregated | prefill | decode (ROLES)."""
+    kv_layout: KVLayout | None = None
+    """What one block of its cache holds: prefill and decode workers must agree."""
 
 
 class EngineWorker:
-    def __init__(self, worker_id: str, config_json: bytes):
-        """config_json: an EngineConfig as msgspec JSON (plain data, no pickle)."""
+    def __init__(self, worker_id: str, config_json: bytes, role: str = "aggregated",
+                 kv_transport: str = "ray-object-store"):
+        """config_json: an EngineConfig as msgspec JSON (plain data, no pickle);
+        role: one of ROLES; kv_transport: a cluster.kv_transport name."""
         config = msgspec.json.decode(config_json, type=EngineConfig)
-        self.worker_id = worker_id
-        self._inbox: list[tuple[str, bytes]] = []  # ("submit" | "finish", message)
+        if role not in ROLES:
+            raise ValueError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
+        self.worker_id, self.role = worker_id, role
+        self.transport = make_transport(kv_transport)
+        self._inbox: list[tuple[str, object]] = []  # ("submit" | "finish", bytes), ("import", (request, blocks)),
+        # ("release", request id)
         self._cv = threading.Condition()
         self._stopped = False
         self._outbox: list[bytes] = []  # encoded EngineCoreOutputs, oldest first
@@ -74,7 +101,8 @@ class EngineWorker:
             self.core.subscribe_kv_events()
             self.info = WorkerInfo(worker_id, _node_id(), os.getpid(), self.core.config.served_model_name,
                                    self.core.max_model_len, self.core.arch.vocab_size,
-                                   self.core.config.block_size, self.core.tokenizer_source)
+                                   self.core.config.block_size, self.core.tokenizer_source, role,
+                                   self.core.kv_layout)
 
         self._thread = start_step_thread(build, self._run, f"tokenmill-{worker_id}")
 
@@ -105,6 +133,39 @@ class EngineWorker:
             batch, self._outbox = self._outbox, []
         return batch
 
+    def held_prefix(self, block_hashes: list[int]) -> int:
+        """How many leading blocks of a prompt (its chained hashes) this worker's
+        prefix cache holds now. Read off the core's thread: a block may be
+        evicted right after, and the import then recomputes instead."""
+        cached = self.core.pool.cached
+        n = 0
+        for h in block_hashes:
+            if h not in cached:
+                break
+            n += 1
+        return n
+
+    async def export_kv(self, request_id: str, first_block: int) -> tuple[list, int, int] | None:
+        """Publish a held prompt's blocks from ``first_block`` on -> (transport
+        handle, bytes, blocks), or None if nothing is held for the request. The
+        hold is released either way once the copy is made."""
+        try:
+            blocks = self.core.export_kv(request_id, first_block)
+            if blocks is None:
+                return None
+            return self.transport.publish(blocks), blocks.nbytes, blocks.num_blocks
+        finally:
+            self._put("release", request_id)
+
+    async def import_kv(self, data: bytes, handle: list) -> None:
+        """Fetch a prompt's blocks and queue its request (a continuation after
+        the first token) to adopt them. A layout mismatch raises here, to the
+        caller, before anything is queued."""
+        request = decode_request(data)
+        blocks = await self.transport.fetch(handle)
+        self.core.kv_layout.check_matches(blocks.layout)
+        self._put("import", (request, blocks))
+
     def stop(self) -> None:
         with self._cv:
             self._stopped = True
@@ -126,10 +187,13 @@ class EngineWorker:
         while True:
             with self._cv:
                 while not self._stopped and not self._inbox and not core.has_unfinished_requests():
-                    self._cv.wait()
+                    if not self._cv.wait(HOLD_CHECK_S if core.kv.held else None):
+                        break  # idle with held blocks: time to expire the abandoned ones
                 if self._stopped:
                     return
                 inbox, self._inbox = self._inbox, []
+            if core.kv.held:
+                core.kv.expire_holds()
             refused = [self._apply(kind, data) for kind, data in inbox]
             refused = [out for out in refused if out is not None]
             try:
@@ -143,14 +207,19 @@ class EngineWorker:
                 outputs.outputs[:0] = refused
                 self._publish(encode(outputs))
 
-    def _apply(self, kind: str, data: bytes) -> EngineCoreOutput | None:
+    def _apply(self, kind: str, data) -> EngineCoreOutput | None:
         """Apply one message; a request the core refuses comes back as an error output."""
         if kind == "finish":
             self.core.apply_finish(decode_finish(data))
             return None
-        request = decode_request(data)
+        if kind == "release":
+            self.core.release_kv(data)
+            return None
+        request, blocks = data if kind == "import" else (decode_request(data), None)
+        if blocks is not None and request.request_id in self.core.scheduler.requests:
+            return None  # a retried import whose first try landed after all: keep that one
         try:
-            self.core.add_request(request)
+            self.core.add_request(request, kv_blocks=blocks)
         except Exception as exc:
             log.warning("worker %s refused request %s: %s", self.worker_id, request.request_id, exc)
             return EngineCoreOutput(request.request_id, [], "error", error=str(exc))

@@ -25,7 +25,6 @@ from tokenmill.engine.block_hash import hash_full_blocks
 from tokenmill.engine.block_pool import BlockPool
 from tokenmill.engine.request import Request
 
-
 HOLD_TIMEOUT_S = 60.0
 """Seconds a prefill engine keeps a finished prompt's blocks for a decode
 engine that has not come for them (a transfer takes milliseconds; a frontend

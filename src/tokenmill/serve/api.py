@@ -54,9 +54,14 @@ async def models(request: Request) -> JSONResponse:
 
 @v1.get("/workers")
 async def workers(request: Request) -> JSONResponse:
-    """The engine workers behind this server (one, in-process, without --workers)."""
+    """The engine workers behind this server (one, in-process, without --workers);
+    with prefill workers, also the disaggregation's decisions and transfers."""
     s = _state(request)
-    return JSONResponse({"object": "list", "data": describe_workers(s.engine)})
+    body = {"object": "list", "data": describe_workers(s.engine)}
+    describe_disagg = getattr(s.engine, "describe_disagg", None)
+    if describe_disagg is not None and s.engine.disagg is not None:
+        body["disaggregation"] = describe_disagg()
+    return JSONResponse(body)
 
 
 @public.get("/health")

@@ -82,6 +82,7 @@ def cluster_metrics(engine):
                             value=router.metrics.last_overlap_blocks)
     yield CounterMetricFamily("tokenmill:migrations", "Requests moved to a live worker after theirs died.",
                               value=engine.num_migrations)
+    yield from disagg_metrics(engine)
     per_worker = [("worker_alive", "1 if the worker answers, else 0.", lambda w: float(w["alive"])),
                   ("worker_kv_cache_usage_perc", "Fraction of the worker's KV blocks in use (0-1).",
                    lambda w: w["kv_usage"] or 0.0),
@@ -93,10 +94,48 @@ def cluster_metrics(engine):
                    lambda w: w["prefix_cache_hit_rate"] or 0.0)]
     workers = engine.describe_workers()
     for name, doc, value in per_worker:
-        family = GaugeMetricFamily(f"tokenmill:{name}", doc, labels=["worker"])
+        family = GaugeMetricFamily(f"tokenmill:{name}", doc, labels=["worker", "role"])
         for w in workers:
-            family.add_metric([w["id"]], value(w))
+            family.add_metric([w["id"], w["role"]], value(w))
         yield family
+    for name, doc, key in (("num_requests_running", "Requests running on the role's workers.", "running"),
+                           ("num_requests_waiting", "Requests queued on the role's workers.", "waiting")):
+        family = GaugeMetricFamily(f"tokenmill:role_{name}", doc, labels=["role"])
+        for role in sorted({w["role"] for w in workers}):
+            family.add_metric([role], sum((w["load"] or {}).get(key, 0) for w in workers if w["role"] == role))
+        yield family
+
+
+def disagg_metrics(engine):
+    """Disaggregated serving: prefill decisions and KV transfers (cluster/disagg.py)."""
+    if getattr(engine, "disagg", None) is None:
+        return
+    from tokenmill.cluster.disagg import DECISIONS
+
+    m = engine.disagg_metrics
+    decisions = CounterMetricFamily("tokenmill:disagg_prefill_decisions",
+                                    "Where prompts were computed: remote (a prefill worker), local_short "
+                                    "(uncached part under --disagg-min-prefill-tokens), local_queue (prefill "
+                                    "workers at --disagg-max-prefill-queue), local_no_prefill_worker.",
+                                    labels=["decision"])
+    for decision in DECISIONS:
+        decisions.add_metric([decision], m.decisions.get(decision, 0))
+    yield decisions
+    for name, doc, value in (
+            ("kv_transfers", "KV transfers completed (prefill -> decode worker).", m.transfers),
+            ("kv_transfer_bytes", "Bytes of KV blocks transferred.", m.transfer_bytes),
+            ("kv_transfer_blocks", "KV blocks transferred.", m.transfer_blocks),
+            ("kv_transfer_blocks_skipped", "Prompt blocks not sent: the decode worker already held them.",
+             m.blocks_skipped),
+            ("kv_transfer_seconds", "Wall time of completed KV transfers, summed.", m.transfer_seconds),
+            ("kv_transfer_failures", "KV transfer attempts that failed or timed out (each retried once).",
+             m.transfer_failures),
+            ("kv_transfer_local_fallbacks", "Requests prefilled on their decode worker after a failed transfer.",
+             m.local_fallbacks)):
+        yield CounterMetricFamily(f"tokenmill:{name}", doc, value=value)
+    yield GaugeMetricFamily("tokenmill:kv_transfer_bandwidth_bytes_per_second",
+                            "Mean bandwidth of completed KV transfers (bytes / seconds, both summed).",
+                            value=m.bandwidth_bytes_per_s)
 
 
 class ServerMetrics:

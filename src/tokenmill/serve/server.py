@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections import Counter
 from dataclasses import dataclass
 
 import uvicorn
@@ -67,7 +68,13 @@ def banner(engine, url: str) -> str:
                    f"{config.num_kv_blocks * config.block_size} tokens")]
     workers = getattr(engine, "workers", None)  # a ClusterEngine
     if workers is not None:
-        lines.append(f"workers:       {len(workers)} on Ray, router {engine.router.config.policy}")
+        roles = Counter(h.info.role for h in workers.values())
+        kinds = ", ".join(f"{n} {role}" for role, n in roles.items())
+        lines.append(f"workers:       {kinds} on Ray, router {engine.router.config.policy}")
+        if engine.disagg is not None:
+            d = engine.disagg
+            lines.append(f"disaggregated: prompts of >= {d.min_prefill_tokens} uncached tokens to prefill workers "
+                         f"(up to {d.max_prefill_queue} in flight each), KV over {engine.kv_transport}")
     lines += [f"max_model_len: {engine.max_model_len}", f"listening on {url}"]
     return "\n".join(lines)
 
@@ -83,7 +90,7 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
     from tokenmill.engine.async_engine import AsyncEngine
 
     sock = bind_socket(options.host, options.port)  # fail fast, before loading weights
-    if options.cluster is not None and options.cluster.workers > 1:
+    if options.cluster is not None and options.cluster.is_cluster:
         from tokenmill.cluster.launch import start_cluster
         engine = start_cluster(config, options.cluster)
     else:
