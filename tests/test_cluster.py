@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from _collect import collect
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
@@ -33,14 +34,6 @@ def cluster():
                            Router(RouterConfig(policy="kv", block_size=CONFIG.block_size)), started_ray=started)
     yield engine
     engine.shutdown()
-
-
-async def collect(engine, prompt, params, request_id=None):
-    tokens, final = [], None
-    async for out in engine.generate(prompt, params, request_id):
-        tokens += out.new_token_ids
-        final = out
-    return tokens, final
 
 
 def test_two_workers_answer_like_one_engine(cluster):

@@ -13,6 +13,7 @@ import signal
 import time
 
 import pytest
+from _collect import collect
 
 from tokenmill.cluster.disagg import DisaggConfig, decide
 from tokenmill.config import EngineConfig
@@ -48,14 +49,6 @@ def cluster():
 def reference():
     engine = LLMEngine(CONFIG)
     return lambda prompts, params: [r.token_ids for r in engine.generate(prompts, params)]
-
-
-async def collect(engine, prompt, params, request_id=None):
-    tokens, final = [], None
-    async for out in engine.generate(prompt, params, request_id):
-        tokens += out.new_token_ids
-        final = out
-    return tokens, final
 
 
 def run_all(engine, prompts, params, prefix="r"):
@@ -133,6 +126,26 @@ def test_a_short_uncached_part_stays_on_the_decode_worker(cluster, reference):
     assert m.decisions["local_short"] == short + 1 and m.transfers == transfers, \
         (dict(m.decisions), cluster.router.metrics.last_overlap_blocks,
          {w: (h.stats.kv_blocks_used, h.stats.num_running) for w, h in cluster.workers.items()})
+
+
+def test_a_deep_prefill_queue_keeps_new_prompts_local(cluster, reference):
+    """With --disagg-max-prefill-queue 1, the first of three long prompts that
+    arrive together goes to the prefill worker; the other two find its queue
+    full and are computed on their decode workers."""
+    import dataclasses
+
+    prompts = [[(11 * j + i) % 509 for j in range(70)] for i in range(3)]
+    params = [SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)] * 3
+    m = cluster.disagg_metrics
+    before = (m.decisions["remote"], m.decisions["local_queue"])
+    cluster.disagg = dataclasses.replace(RULE, max_prefill_queue=1)
+    try:
+        results = run_all(cluster, prompts, params, "queue")
+    finally:
+        cluster.disagg = RULE
+    assert [tokens for tokens, _ in results] == reference(prompts, params)
+    assert (m.decisions["remote"] - before[0], m.decisions["local_queue"] - before[1]) == (1, 2)
+    assert wait_idle(cluster)
 
 
 def test_preemption_on_the_decode_side_keeps_the_answers(cluster, reference):

@@ -101,6 +101,16 @@ def test_only_the_blocks_the_decode_side_lacks_are_sent_and_they_join_its_cache(
     assert decode.stats().prompt_tokens == len(shared) + 1  # the warm-up's prompt only: nothing recomputed
 
 
+def test_engines_without_prefix_caching_transfer_too():
+    plain = EngineConfig(**{**CONFIG.__dict__, "enable_prefix_caching": False})
+    prefill, decode = EngineCore(plain), EngineCore(plain)
+    params = PARAMS[1]
+    want = LLMEngine(CONFIG).generate([PROMPT], [params])[0].token_ids
+    tokens, reason, sent = prefill_then_decode(prefill, decode, "plain", PROMPT, params)
+    assert tokens == want and reason == "length" and sent == 4
+    assert not decode.pool.cached and decode.pool.num_used_blocks == 0
+
+
 def test_a_stop_at_the_first_token_holds_nothing(engines):
     prefill, _ = engines
     greedy = LLMEngine(CONFIG).generate([PROMPT], [PARAMS[0]])[0].token_ids

@@ -132,6 +132,9 @@ class KVCacheManager:
         rid = request.request_id
         blocks = self.blocks.pop(rid, [])
         hashes = self.hashes.pop(rid, [])
+        full = request.num_computed_tokens // self.block_size
+        if len(hashes) < full:  # prefix caching off: nothing hashed them, and the receiver checks them
+            hashes = hash_full_blocks(request.token_ids[:full * self.block_size], self.block_size)
         keep = self.blocks_needed(request.num_computed_tokens)
         self.pool.release(blocks[keep:][::-1])
         with self._hold_lock:
