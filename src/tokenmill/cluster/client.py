@@ -437,7 +437,10 @@ class ClusterEngine:
             self._send_finish(worker_id, stale, RequestStatus.FINISHED_ABORTED, "abort")
         put_all([(stream, out) for stream, out in streams if stream is not None])
         for request_id in handoffs:
-            self._handoffs.submit(self._handoff, request_id, worker_id)
+            try:
+                self._handoffs.submit(self._handoff, request_id, worker_id)
+            except RuntimeError:  # shutting down: the executor takes no more work
+                return
 
     def _end(self, request_id: str, status: RequestStatus, cause: str | None) -> None:
         """End a request here and on its worker (abort, disconnect); a consumer
