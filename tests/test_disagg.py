@@ -59,11 +59,14 @@ def run_all(engine, prompts, params, prefix="r"):
 
 
 def wait_idle(cluster, timeout_s=30):
-    """Until every worker reports nothing running and no block used or held."""
+    """Until every worker reports nothing running and no block used or held, and
+    no handoff is under way (a request's last token can reach its client before
+    the handoff thread that moved it has counted the transfer)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         s = cluster.stats()
-        if s.num_running == 0 and s.num_waiting == 0 and s.kv_blocks_used == 0 and s.kv_blocks_held == 0:
+        if s.num_running == 0 and s.num_waiting == 0 and s.kv_blocks_used == 0 and s.kv_blocks_held == 0 \
+                and cluster.handoffs_in_flight == 0:
             return True
         time.sleep(0.05)
     return False
@@ -92,11 +95,11 @@ def test_disaggregated_answers_equal_one_engine(cluster, reference):
     results = run_all(cluster, prompts, params, "eq")
     for (tokens, final), want in zip(results, reference(prompts, params)):
         assert tokens == want and final.finish_reason == "length" and final.num_output_tokens == len(want)
+    assert wait_idle(cluster)
     assert m.decisions["remote"] - before[0] == 3 and m.decisions["local_short"] - before[1] == 1
     assert m.transfers - before[2] == 3
     assert m.transfer_blocks - before[3] == 4 + 3 + 6  # every prompt block, the partial ones included
     assert m.transfer_bytes > 0 and m.bandwidth_bytes_per_s > 0
-    assert wait_idle(cluster)
 
 
 def test_only_the_blocks_the_decode_worker_lacks_are_sent(cluster, reference):
@@ -109,6 +112,7 @@ def test_only_the_blocks_the_decode_worker_lacks_are_sent(cluster, reference):
     prompt = prefix + list(range(400, 400 + 2 * BS + 3))  # 4 held + 2 full + 1 partial block
     (tokens, _), = run_all(cluster, [prompt], [greedy], "hit")
     assert tokens == reference([prompt], [greedy])[0]
+    assert wait_idle(cluster)
     assert m.transfers == transfers + 1  # 35 uncached tokens >= 32: still remote
     assert m.blocks_skipped - skipped == 4 and m.transfer_blocks - sent == 3
 
@@ -123,6 +127,7 @@ def test_a_short_uncached_part_stays_on_the_decode_worker(cluster, reference):
     prompt = prefix + list(range(450, 460))  # 10 tokens not cached on the decode worker holding the prefix
     (tokens, _), = run_all(cluster, [prompt], [greedy], "short")
     assert tokens == reference([prompt], [greedy])[0]
+    assert wait_idle(cluster)
     assert m.decisions["local_short"] == short + 1 and m.transfers == transfers, \
         (dict(m.decisions), cluster.router.metrics.last_overlap_blocks,
          {w: (h.stats.kv_blocks_used, h.stats.num_running) for w, h in cluster.workers.items()})
@@ -232,8 +237,8 @@ def test_a_failed_transfer_is_retried_then_prefilled_locally(cluster, reference)
             for w, h in cluster.workers.items():
                 h.actor = originals[w]
         assert tokens == want and final.finish_reason == "length"
-        assert (m.transfer_failures - before[0], m.local_fallbacks - before[1]) == (fails, fallbacks)
         assert wait_idle(cluster)  # the prefill worker's hold was released either way
+        assert (m.transfer_failures - before[0], m.local_fallbacks - before[1]) == (fails, fallbacks)
 
 
 def _wait_alive(cluster, timeout_s=60):

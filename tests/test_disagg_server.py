@@ -6,6 +6,7 @@ decode worker lacks), and /v1/workers and /metrics say so."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -29,7 +30,14 @@ def disagg_server(tmp_path_factory):
 
 
 def disaggregation(srv) -> dict:
-    return httpx.get(f"{srv.v1}/workers", timeout=10).json()["disaggregation"]
+    """/v1/workers' figures once no handoff is under way (an answer can be
+    complete before the handoff thread that moved it has counted its transfer)."""
+    deadline = time.monotonic() + 30
+    while True:
+        d = httpx.get(f"{srv.v1}/workers", timeout=10).json()["disaggregation"]
+        if d["transfers_in_flight"] == 0 or time.monotonic() > deadline:
+            return d
+        time.sleep(0.05)
 
 
 def chat(srv, messages, stream: bool, max_tokens: int = 24) -> str:

@@ -123,6 +123,8 @@ class ClusterEngine:
         """How KV blocks travel between workers (the workers' default transport)."""
         self._prefill_legs: Counter = Counter()  # prefill worker -> prefills in flight there (under _router_lock)
         self._handoffs = ThreadPoolExecutor(4, thread_name_prefix="kv-handoff") if self.disagg else None
+        self.handoffs_in_flight = 0
+        """Handoffs queued or running (under _router_lock); the transfer metrics are final at 0."""
         self.max_waiting_requests = max_waiting_requests
         self._started_ray = started_ray
         self._lock = threading.Lock()  # output processor, streams, routes
@@ -394,6 +396,7 @@ class ClusterEngine:
             queues = dict(self._prefill_legs)
         return {"min_prefill_tokens": d.min_prefill_tokens, "max_prefill_queue": d.max_prefill_queue,
                 "kv_transport": self.kv_transport, "decisions": dict(m.decisions),
+                "transfers_in_flight": self.handoffs_in_flight,
                 "prefill_queue": {w: n for w, n in queues.items() if n},
                 "transfers": m.transfers, "transfer_bytes": m.transfer_bytes, "transfer_blocks": m.transfer_blocks,
                 "blocks_skipped": m.blocks_skipped, "transfer_seconds": round(m.transfer_seconds, 6),
@@ -437,9 +440,13 @@ class ClusterEngine:
             self._send_finish(worker_id, stale, RequestStatus.FINISHED_ABORTED, "abort")
         put_all([(stream, out) for stream, out in streams if stream is not None])
         for request_id in handoffs:
+            with self._router_lock:
+                self.handoffs_in_flight += 1
             try:
-                self._handoffs.submit(self._handoff, request_id, worker_id)
+                self._handoffs.submit(self._handoff_counted, request_id, worker_id)
             except RuntimeError:  # shutting down: the executor takes no more work
+                with self._router_lock:
+                    self.handoffs_in_flight -= 1
                 return
 
     def _end(self, request_id: str, status: RequestStatus, cause: str | None) -> None:
@@ -460,6 +467,13 @@ class ClusterEngine:
         self.workers[worker_id].actor.finish.remote(encode(EngineCoreFinish(ids, status.value, cause)))
 
     # ---- disaggregated serving: the handoff from a prefill to a decode worker ----
+
+    def _handoff_counted(self, request_id: str, prefill_id: str) -> None:
+        try:
+            self._handoff(request_id, prefill_id)
+        finally:
+            with self._router_lock:
+                self.handoffs_in_flight -= 1
 
     def _handoff(self, request_id: str, prefill_id: str) -> None:
         """Move a request whose prompt ``prefill_id`` computed to its decode
