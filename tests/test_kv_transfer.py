@@ -156,7 +156,8 @@ def test_payloads_that_do_not_fit_are_refused_by_field(engines):
              ({"layout": msgspec.structs.replace(good.layout, block_size=32)}, "kv_layout.block_size"),
              ({"num_tokens": len(PROMPT) - 1}, "kv_blocks"),
              ({"block_hashes": list(reversed(good.block_hashes))}, "kv_blocks.block_hashes"),
-             ({"data": good.data[:, :2]}, "kv_blocks")]
+             ({"data": good.data[:, :2]}, "kv_blocks"),
+             ({"data": good.data[..., :8]}, "kv_blocks.data")]  # right block count, wrong rows: found mid-import
     for change, field in cases:
         bad = type(good)(**{**good.__dict__, **change})
         with pytest.raises(ValueError, match=field.replace(".", r"\.")):

@@ -212,7 +212,11 @@ class EngineCore:
             return
         self.pool.touch(leading)
         new = self.pool.allocate(total - first)
-        scatter(self.runner.kv_caches, new, blocks.data)
+        try:
+            scatter(self.runner.kv_caches, new, blocks.data)
+        except Exception:  # a payload whose array does not match its layout: give the blocks back
+            self.pool.release(new[::-1] + leading[::-1])
+            raise
         if self.kv.enable_prefix_caching:  # the full ones serve later prompts here too (KV events tell the router)
             full = len(hashes) - first
             self.pool.store(new[:full], hashes[first:], hashes[first - 1] if first else None,
