@@ -24,6 +24,7 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -100,8 +101,6 @@ def launch(system: str, opts: argparse.Namespace) -> Launch:
 
 
 def run_sweep(system: str, url: str, workload: Path, out: Path, opts: argparse.Namespace) -> list[dict]:
-    import subprocess
-
     cmd = [str(console_script("tokenmill")), "bench", "--url", url, "--api", "completions", "--workload", "jsonl",
            "--dataset", str(workload), "--scenario", "server", "--sweep-qps", opts.qps,
            "--tpot-ms", str(opts.tpot_ms), "--ttft-ms", str(opts.ttft_ms), "--min-duration", str(opts.min_duration),
