@@ -28,6 +28,15 @@ class ExactHead:
     """The dtype the head rounds its input to (an int8 head's compute dtype);
     None: the hidden rows' own dtype."""
 
+    @staticmethod
+    def of_linear(head) -> ExactHead:
+        """The head of a model whose LM head is an ``nn.Linear`` or, quantized, an ``Int8Linear``."""
+        from tokenmill.kernels.int8_linear import Int8Linear
+
+        if isinstance(head, Int8Linear):
+            return ExactHead(head.qweight, head.scales, head.bias, head.compute_dtype)
+        return ExactHead(head.weight, None, head.bias, None)
+
     def columns(self, hidden: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         """hidden: [H] one row of the head's input; columns: [k] long -> float32 [k]:
         those logits accumulated and returned in float32, i.e. the head's output

@@ -211,6 +211,16 @@ def paged_attention(
     return meta.attend(q, k, v, k_cache, v_cache, scale)
 
 
+def paged_latent_attention(q: torch.Tensor, latent: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata,
+                           scale: float, v_dim: int) -> torch.Tensor:
+    """Multi-query attention over one shared cached row per token (DeepSeek's
+    absorbed MLA, model/mla.py): the key is the whole row, the value its first
+    ``v_dim`` values. q: [T, H, D]; latent: this step's [T, 1, D]; cache: the
+    layer's one part, [num_blocks, 1, block_size, D]. Writes the latents at
+    meta.slot_mapping, returns [T, H, v_dim]."""
+    return paged_attention(q, latent, latent, cache, cache, meta, scale)[..., :v_dim]
+
+
 def _block_rows(cache: torch.Tensor) -> tuple[torch.Tensor, int, int]:
     """cache [num_blocks, Hkv, block_size, D], strided across blocks ->
     (rows, block stride, head stride): ``rows`` [R, block_size, D] is a

@@ -30,7 +30,6 @@ from torch import nn
 from tokenmill.engine.exact_head import ExactHead
 from tokenmill.kernels.attention import AttentionMetadata, paged_attention
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, FusedOps
-from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.model.arch import ModelArch
 from tokenmill.model.kv_cache_spec import KVCacheSpec
 from tokenmill.model.rope import cos_sin_table, inverse_frequencies
@@ -165,10 +164,7 @@ class LlamaForCausalLM(nn.Module):
     def exact_head(self) -> ExactHead:
         """The LM head as data for the sampler's bf16 tie rule (engine/exact_head.py).
         Call it after any swap of ``lm_head`` (quantization, deterministic mode)."""
-        head = self.lm_head
-        if isinstance(head, Int8Linear):
-            return ExactHead(head.qweight, head.scales, head.bias, head.compute_dtype)
-        return ExactHead(head.weight, None, head.bias, None)
+        return ExactHead.of_linear(self.lm_head)
 
     def exact_logits(self, hidden: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
         """hidden: [hidden] one row of compute_logits' input; columns: [k] long ->

@@ -23,7 +23,7 @@ import torch
 
 from tokenmill.model.protocol import ArchInfo, CausalLM
 
-_BUILTIN_MODULES = ("tokenmill.model.llama_weights",)
+_BUILTIN_MODULES = ("tokenmill.model.llama_weights", "tokenmill.model.deepseek_weights")
 """Modules whose import registers the built-in architectures."""
 
 
