@@ -1,8 +1,9 @@
 """The shape of a Llama-family decoder, read from HF config.json or GGUF metadata.
 
-Covers Llama 2/3.x (incl. llama3 rope scaling), SmolLM2, Mistral and Qwen2/2.5
-(q/k/v bias). Everything the model code needs is here; nothing else is read
-from the source config after this point. ``ModelArch`` satisfies the common
+Covers Llama 2/3.x (incl. llama3 rope scaling), SmolLM2, Mistral, Qwen2/2.5
+(q/k/v bias) and Mixtral (softmax-routed experts, model/moe.py). Everything the
+model code needs is here; nothing else is read from the source config after
+this point. ``ModelArch`` satisfies the common
 ``ArchInfo`` (model/protocol.py); the model registry (model/registry.py) maps
 config and GGUF architecture names to these parsers (registration in
 model/llama_weights.py), so the parsers never see another family.
@@ -12,20 +13,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokenmill.model.moe import MoEConfig
+
 # HF `architectures` entry -> our family name (sets the family's defaults below).
 LLAMA_HF_FAMILIES = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "MixtralForCausalLM": "mixtral",
 }
 # config.json `model_type` and GGUF `general.architecture` values of the family.
-LLAMA_FAMILIES = ("llama", "mistral", "qwen2")
+LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "mixtral")
+LLAMA_GGUF_ARCHITECTURES = ("llama", "mistral", "qwen2")
+"""GGUF ``general.architecture`` values read here (dense models only)."""
 
 
 @dataclass(frozen=True)
 class ModelArch:
     family: str
-    """llama | mistral | qwen2."""
+    """llama | mistral | qwen2 | mixtral."""
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -45,6 +51,9 @@ class ModelArch:
     """Mistral's attention window; we cap max_model_len at it rather than emulate it."""
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = field(default=())
+    moe: MoEConfig | None = None
+    """Mixtral: every feed-forward layer is a softmax-routed Mixture-of-Experts
+    (model/moe.py; ``intermediate_size`` is then one expert's width)."""
 
     @property
     def q_size(self) -> int:
@@ -56,17 +65,24 @@ class ModelArch:
 
     def num_params(self) -> int:
         """Parameter count, embeddings included (tied counted once)."""
-        h, i, L = self.hidden_size, self.intermediate_size, self.num_layers
+        h, L = self.hidden_size, self.num_layers
         attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        per_layer = attn + 3 * h * i + 2 * h
+        per_layer = attn + self._ffn_params(active=False) + 2 * h
         emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return L * per_layer + emb + h
+
+    def _ffn_params(self, active: bool) -> int:
+        """One layer's feed-forward weights; active: only the experts one token uses (and the router)."""
+        h, i = self.hidden_size, self.intermediate_size
+        if self.moe is None:
+            return 3 * h * i
+        return 3 * h * i * (self.moe.top_k if active else self.moe.num_experts) + self.moe.num_experts * h
 
     def flops_per_token(self, context_len: int = 0) -> float:
         """Forward FLOPs for one token: 2 x matmul weights (lm_head included)
         plus attention over ``context_len`` cached tokens (QK^T and PV)."""
-        h, i, L = self.hidden_size, self.intermediate_size, self.num_layers
-        matmul = L * (h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i)
+        h, L = self.hidden_size, self.num_layers
+        matmul = L * (h * (self.q_size + 2 * self.kv_size) + self.q_size * h + self._ffn_params(active=True))
         matmul += self.vocab_size * h
         attention = L * 2 * 2 * self.q_size * context_len
         return 2.0 * matmul + attention
@@ -90,7 +106,11 @@ def arch_from_hf_config(cfg: dict) -> ModelArch:
             raise ValueError(f"unsupported rope scaling type {kind!r}; supported: llama3, linear")
     eos = cfg.get("eos_token_id")
     eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ())
-    sliding = cfg.get("sliding_window") if cfg.get("use_sliding_window", family == "mistral") else None
+    sliding = cfg.get("sliding_window") if cfg.get("use_sliding_window", family in ("mistral", "mixtral")) else None
+    moe = None
+    if family == "mixtral":
+        moe = MoEConfig(num_experts=cfg["num_local_experts"], top_k=cfg["num_experts_per_tok"],
+                        intermediate_size=cfg["intermediate_size"], scoring="softmax", norm_topk_prob=True)
     return ModelArch(
         family=family,
         vocab_size=cfg["vocab_size"],
@@ -109,14 +129,17 @@ def arch_from_hf_config(cfg: dict) -> ModelArch:
         sliding_window=sliding,
         bos_token_id=cfg.get("bos_token_id"),
         eos_token_ids=eos_ids,
+        moe=moe,
     )
 
 
 def arch_from_gguf_fields(fields: dict, tensor_names: set[str]) -> ModelArch:
     """Build from GGUF metadata (``fields``: key -> python value)."""
     family = fields.get("general.architecture")
-    if family not in LLAMA_FAMILIES:
-        raise ValueError(f"unsupported GGUF architecture {family!r}; this parser reads {LLAMA_FAMILIES}")
+    if family not in LLAMA_GGUF_ARCHITECTURES:
+        raise ValueError(f"unsupported GGUF architecture {family!r}; this parser reads {LLAMA_GGUF_ARCHITECTURES}")
+    if fields.get(f"{family}.expert_count"):
+        raise ValueError("GGUF: Mixture-of-Experts files (expert_count) are not supported; load the HF directory")
 
     def get(key: str, default=None):
         return fields.get(f"{family}.{key}", default)

@@ -14,7 +14,9 @@ KV cache: per layer one [num_blocks, 1, 1, block_size, kv_lora_rank + rope_dim]
 tensor (``kv_cache_spec``): one latent row per token, 576 values for
 DeepSeek-R1 where expanded keys and values would take 128 heads x (192 + 128).
 
-MTP modules (``num_mtp_layers``) live in model/deepseek_mtp.py.
+MTP modules (``num_mtp_layers``, model/deepseek_mtp.py) hang off ``mtp``:
+not part of ``forward`` nor of ``kv_cache_spec``; ``mtp_hidden`` runs one
+depth over a cache layer of the same shape.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tokenmill.engine.exact_head import ExactHead
 from tokenmill.kernels.attention import AttentionMetadata
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, FusedOps
 from tokenmill.model.deepseek_arch import DeepseekArch
+from tokenmill.model.deepseek_mtp import DeepseekMTP
 from tokenmill.model.kv_cache_spec import KVCacheSpec
 from tokenmill.model.llama import RMSNorm
 from tokenmill.model.mla import MLAttention
@@ -74,6 +77,8 @@ class DeepseekV3ForCausalLM(nn.Module):
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
         if arch.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+        self.mtp = DeepseekMTP(arch) if arch.num_mtp_layers else None
+        """The next-token-prediction modules (model/deepseek_mtp.py), or None."""
         self.max_positions = max_positions
         self.ops = TORCH_FUSED_OPS  # the engine picks the backend (kernels/fused_ops.py)
         self.set_rope()
@@ -109,6 +114,15 @@ class DeepseekV3ForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, hidden] -> logits [N, vocab] in the model dtype."""
         return self.lm_head(hidden)
+
+    def mtp_hidden(self, depth: int, input_ids, prev_hidden, positions, meta: AttentionMetadata,
+                   cache: torch.Tensor) -> torch.Tensor:
+        """MTP depth ``depth``'s final hidden states (see DeepseekMTP.forward);
+        ValueError when the checkpoint carried no MTP weights."""
+        if self.mtp is None:
+            raise ValueError("MTP: this model has no next-token-prediction layers "
+                             "(num_nextn_predict_layers is 0, or the checkpoint has none)")
+        return self.mtp(self, depth, input_ids, prev_hidden, positions, meta, cache)
 
     def decoder_linears(self) -> list[tuple[nn.Module, str]]:
         """The decoder's nn.Linear weights: attention projections, dense MLPs and

@@ -36,6 +36,7 @@ from tokenmill.model.deepseek_arch import (
     arch_from_hf_config,
 )
 from tokenmill.model.deepseek_presets import DEEPSEEK_PRESETS
+from tokenmill.model.moe import Router
 from tokenmill.model.registry import ModelEntry, register
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
@@ -65,12 +66,10 @@ class DeepseekWeightMap:
         if model.arch.tie_word_embeddings:
             model.lm_head.weight = model.embed_tokens.weight
         model.set_rope()
-        for layer in model.layers:
-            gate = getattr(layer.mlp, "gate", None)
-            if gate is not None:  # DeepSeek routes in float32, whatever the model dtype
+        for gate in model.modules():
+            if isinstance(gate, Router):  # DeepSeek routes in float32, whatever the model dtype
                 gate.weight.data = gate.weight.data.float()
-                if hasattr(gate, "e_score_correction_bias"):
-                    gate.e_score_correction_bias = torch.zeros_like(gate.e_score_correction_bias, dtype=torch.float32)
+                gate.e_score_correction_bias = torch.zeros_like(gate.e_score_correction_bias, dtype=torch.float32)
 
     def load(self, model: DeepseekV3ForCausalLM, tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         arch = model.arch
@@ -94,6 +93,9 @@ class DeepseekWeightMap:
                 with torch.no_grad():
                     dest.copy_(value)
                 written[target] = written.get(target, 0) + value.numel()
+        if model.mtp is not None and not any(t.startswith("mtp.") for t in written):
+            model.mtp = None  # the checkpoint has no MTP layers: drafting with them is unavailable
+            targets = {n: t for n, t in targets.items() if not n.startswith("mtp.")}
         if pending_fp8 or pending_scale:
             unpaired = sorted(pending_fp8 | pending_scale)[:5]
             raise ValueError(f"FP8 weights without their weight_scale_inv, or the reverse: {unpaired}")
@@ -114,9 +116,23 @@ class DeepseekWeightMap:
                 return []
             raise ValueError(f"unexpected weight {name!r} for a DeepSeek-V3 model")
         index, rest = int(m.group(1)), m.group(2)
-        if index >= arch.num_layers:
-            raise ValueError(f"weight {name!r}: layer {index} is an MTP layer, which this model does not load")
-        p = f"layers.{index}."
+        if index < arch.num_layers:
+            return self._place_in_layer(arch, name, f"layers.{index}.", rest, tensor)
+        depth = index - arch.num_layers
+        if depth >= arch.num_mtp_layers:
+            raise ValueError(f"unexpected weight {name!r}: the model has {arch.num_layers} layers "
+                             f"and {arch.num_mtp_layers} MTP layers")
+        mtp = f"mtp.layers.{depth}."
+        if rest in ("enorm.weight", "hnorm.weight", "eh_proj.weight"):
+            return [(mtp + rest, None, tensor)]
+        if rest == "shared_head.norm.weight":
+            return [(mtp + "shared_head_norm.weight", None, tensor)]
+        if rest in ("shared_head.head.weight", "embed_tokens.weight"):
+            return []  # copies of the main model's head and embedding, which MTP shares
+        return self._place_in_layer(arch, name, mtp + "block.", rest, tensor)
+
+    def _place_in_layer(self, arch: DeepseekArch, name: str, p: str, rest: str, tensor: torch.Tensor):
+        """A decoder layer's tensor (``rest``: its name inside the layer) -> targets under prefix ``p``."""
         attn = p + "self_attn."
         q_width = arch.q_lora_rank or arch.num_heads * arch.qk_head_dim
         if rest in _SAME:

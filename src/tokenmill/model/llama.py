@@ -32,6 +32,7 @@ from tokenmill.kernels.attention import AttentionMetadata, paged_attention
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, FusedOps
 from tokenmill.model.arch import ModelArch
 from tokenmill.model.kv_cache_spec import KVCacheSpec
+from tokenmill.model.moe import DenseMLP, MoELayer
 from tokenmill.model.rope import cos_sin_table, inverse_frequencies
 
 K, V = 0, 1
@@ -74,23 +75,15 @@ class Attention(nn.Module):
         return self.o_proj(o.view(t, self.q_size))
 
 
-class MLP(nn.Module):
-    def __init__(self, arch: ModelArch):
-        super().__init__()
-        self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * arch.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(arch.intermediate_size, arch.hidden_size, bias=False)
-
-    def forward(self, x, ops: FusedOps):
-        return self.down_proj(ops.silu_and_mul(self.gate_up_proj(x)))  # gate_up: [T, 2 * intermediate]
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, arch: ModelArch):
         super().__init__()
         self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.self_attn = Attention(arch)
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
-        self.mlp = MLP(arch)
+        # Mixtral: a Mixture-of-Experts layer (model/moe.py) in place of the dense MLP.
+        self.mlp = MoELayer(arch.hidden_size, arch.moe) if arch.moe else DenseMLP(arch.hidden_size,
+                                                                                  arch.intermediate_size)
 
     def forward(self, x, pending, rope, meta, cache, ops: FusedOps):
         """x: [T, hidden] float32 residual stream, updated in place; pending: the
@@ -154,11 +147,14 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(hidden)
 
     def decoder_linears(self) -> list[tuple[nn.Module, str]]:
-        """(owner, attribute) of each layer's fused qkv, o, fused gate_up and down projections."""
+        """(owner, attribute) of each layer's fused qkv, o, fused gate_up and down
+        projections (the last two only in dense layers)."""
         out = []
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            out += [(attn, "qkv_proj"), (attn, "o_proj"), (mlp, "gate_up_proj"), (mlp, "down_proj")]
+            out += [(attn, "qkv_proj"), (attn, "o_proj")]
+            if isinstance(mlp, DenseMLP):  # routed experts are stacked 3-D tensors, not nn.Linear
+                out += [(mlp, "gate_up_proj"), (mlp, "down_proj")]
         return out
 
     def exact_head(self) -> ExactHead:

@@ -2,11 +2,12 @@
 
 Every loader hands over (name, tensor) pairs in HF naming
 (``model.layers.3.self_attn.q_proj.weight``); this module owns the mapping
-onto the fused q/k/v and gate/up parameters of model/llama.py and checks that
-nothing is missing. GGUF files name tensors llama.cpp's way
+onto the fused q/k/v and gate/up parameters of model/llama.py (and Mixtral's
+``block_sparse_moe`` experts onto the stacked ``w13``/``w2`` of model/moe.py)
+and checks that nothing is missing. GGUF files name tensors llama.cpp's way
 (``blk.3.attn_q.weight``) and store q/k rows permuted for its rope: ``from_gguf``
 renames them and undoes the permutation. Importing this module registers the
-family (Llama, Mistral, Qwen2) in model/registry.py.
+family (Llama, Mistral, Qwen2, Mixtral) in model/registry.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 
 from tokenmill.model.arch import (
     LLAMA_FAMILIES,
+    LLAMA_GGUF_ARCHITECTURES,
     LLAMA_HF_FAMILIES,
     ModelArch,
     arch_from_gguf_fields,
@@ -37,6 +39,7 @@ _FUSED = {
     "mlp.gate_proj": ("mlp.gate_up_proj", 0),
     "mlp.up_proj": ("mlp.gate_up_proj", 1),
 }
+_MIXTRAL_EXPERT = re.compile(r"^block_sparse_moe\.experts\.(\d+)\.(w1|w2|w3)$")
 _UNFUSED = ("input_layernorm", "post_attention_layernorm", "self_attn.o_proj", "mlp.down_proj")
 _TOP = {
     "model.embed_tokens.weight": "embed_tokens.weight",
@@ -92,6 +95,8 @@ class LlamaWeightMap:
                 raise ValueError(f"unexpected weight {name!r} for a {arch.family} model")
             if target == "lm_head.weight" and arch.tie_word_embeddings:
                 continue  # tied: the embedding is the head
+            if target not in params:  # e.g. a dense MLP weight in a Mixtral checkpoint
+                raise ValueError(f"unexpected weight {name!r} for a {arch.family} model")
             dest = _slice(params[target], target, part, arch)
             if dest.shape != tensor.shape:
                 raise ValueError(f"weight {name!r}: shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
@@ -126,8 +131,12 @@ def expected_hf_names(arch: ModelArch) -> list[str]:
         names.append("lm_head.weight")
     for i in range(arch.num_layers):
         p = f"model.layers.{i}."
-        names += [p + f"{module}.weight" for module in _UNFUSED]
-        names += [p + f"{hf}.weight" for hf in _FUSED]
+        names += [p + f"{module}.weight" for module in _UNFUSED if not (arch.moe and module.startswith("mlp."))]
+        names += [p + f"{hf}.weight" for hf in _FUSED if not (arch.moe and hf.startswith("mlp."))]
+        if arch.moe:
+            names.append(p + "block_sparse_moe.gate.weight")
+            names += [p + f"block_sparse_moe.experts.{e}.{w}.weight"
+                      for e in range(arch.moe.num_experts) for w in ("w1", "w2", "w3")]
         if arch.attention_bias:
             names += [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
     return names
@@ -153,8 +162,9 @@ def _gguf_hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def _target(name: str) -> tuple[str | None, int | None]:
-    """HF name -> (our parameter name, slice of a fused parameter or None)."""
+def _target(name: str) -> tuple[str | None, int | tuple | None]:
+    """HF name -> (our parameter name, part of a fused parameter or None); a
+    Mixtral expert's part is (expert, 0 gate | 1 up | None down)."""
     if name in _TOP:
         return _TOP[name], None
     m = _LAYER.match(name)
@@ -167,13 +177,25 @@ def _target(name: str) -> tuple[str | None, int | None]:
         return f"layers.{idx}.{ours}.{kind}", part
     if module in _UNFUSED:
         return f"layers.{idx}.{rest}", None
+    if module == "block_sparse_moe.gate":
+        return f"layers.{idx}.mlp.gate.{kind}", None
+    expert = _MIXTRAL_EXPERT.match(module)
+    if expert:  # w1: gate, w3: up (rows of w13), w2: down
+        e, w = int(expert.group(1)), expert.group(2)
+        return (f"layers.{idx}.mlp.experts.w2", (e, None)) if w == "w2" else \
+            (f"layers.{idx}.mlp.experts.w13", (e, 0 if w == "w1" else 1))
     return None, None
 
 
-def _slice(param: torch.Tensor, target: str, part: int | None, arch: ModelArch) -> torch.Tensor:
-    """The rows of a fused parameter that one HF tensor fills (q | k | v, gate | up)."""
+def _slice(param: torch.Tensor, target: str, part: int | tuple | None, arch: ModelArch) -> torch.Tensor:
+    """The rows of a fused parameter that one HF tensor fills (q | k | v, gate | up,
+    one expert's matrix or half of it)."""
     if part is None:
         return param
+    if isinstance(part, tuple):
+        expert, half = part
+        i = arch.moe.intermediate_size
+        return param[expert] if half is None else param[expert, half * i:(half + 1) * i]
     if "qkv_proj" in target:
         bounds = [0, arch.q_size, arch.q_size + arch.kv_size, arch.q_size + 2 * arch.kv_size]
     else:
@@ -189,7 +211,7 @@ LLAMA_ENTRY = register(ModelEntry(
     weights=LlamaWeightMap(),
     hf_architectures=tuple(LLAMA_HF_FAMILIES),
     hf_model_types=LLAMA_FAMILIES,
-    gguf_architectures=LLAMA_FAMILIES,
+    gguf_architectures=LLAMA_GGUF_ARCHITECTURES,
     parse_gguf=arch_from_gguf_fields,
     presets=LLAMA_PRESETS,
 ))
