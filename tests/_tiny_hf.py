@@ -5,22 +5,11 @@ whole engine can run them and be compared with transformers token for token."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
-
-def save_word_tokenizer(root: Path, vocab_size: int) -> None:
-    """A tokenizer.json whose tokens are 't0' .. 't{vocab_size-1}', split on spaces."""
-    import tokenizers
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-
-    tok = tokenizers.Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t2"))
-    tok.pre_tokenizer = WhitespaceSplit()
-    tok.save(str(root / "tokenizer.json"))
-    (root / "tokenizer_config.json").write_text(json.dumps({"eos_token": "t1", "bos_token": "t0"}))
+from tokenmill.model.word_tokenizer import save_word_tokenizer
 
 
 def save_checkpoint(model, root: Path) -> Path:

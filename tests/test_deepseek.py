@@ -22,7 +22,9 @@ from _tiny_hf import hf_greedy, save_checkpoint
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS
+from tokenmill.model.deepseek_arch import arch_from_hf_config, hf_config
 from tokenmill.model.deepseek_weights import dequantize_fp8
 from tokenmill.model.loaders import load_model
 from tokenmill.model.loaders.dummy import dummy_arch
@@ -161,6 +163,12 @@ def test_latent_cache_bytes_per_token():
     assert arch.num_params() == pytest.approx(671.0e9, rel=1e-3)
 
 
+@pytest.mark.parametrize("preset", ["deepseek-v3-tiny", "deepseek-v3-bench", "deepseek-r1"])
+def test_presets_round_trip_through_config_json(preset):
+    arch = dummy_arch(preset)
+    assert arch_from_hf_config(hf_config(arch)) == arch
+
+
 def make_routers(seed=0):
     cfg = tiny_config()
     hf = transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3TopkRouter(cfg)
@@ -296,3 +304,9 @@ def test_tiny_preset_runs_in_bfloat16():
     assert len(out[0].token_ids) == 8
     router = engine.core.model.layers[1].mlp.gate
     assert router.weight.dtype == torch.float32 and router.e_score_correction_bias.dtype == torch.float32
+
+
+@pytest.mark.skipif(load_cpu_kernels() is None, reason="--deterministic needs the C++ kernels")
+def test_deterministic_mode_refuses_moe_and_latent_weights():
+    with pytest.raises(ValueError, match=r"deterministic: .*w_uk"):
+        LLMEngine(EngineConfig(model="dummy:deepseek-v3-tiny", deterministic=True, num_kv_blocks=16))

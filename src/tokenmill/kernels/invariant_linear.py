@@ -36,7 +36,18 @@ class InvariantLinear(nn.Module):
 
 
 def make_batch_invariant(model: nn.Module, kernels: ModuleType) -> None:
-    """Swap every linear of the decoder and the LM head for an InvariantLinear, in place."""
+    """Swap every linear of the decoder and the LM head for an InvariantLinear, in
+    place. ValueError first if the model multiplies by any other weight matrix
+    (stacked experts, per-head latent projections): those would still depend on
+    the batch."""
+    covered = {id(getattr(owner, name).weight) for owner, name in model.decoder_linears()}
+    covered.add(id(model.lm_head.weight))
+    covered |= {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    other = [n for n, p in model.named_parameters() if p.dim() >= 2 and id(p) not in covered]
+    if other:
+        raise ValueError(f"deterministic: {other[0]} (and {len(other) - 1} more) are not plain linear layers the "
+                         f"batch-invariant kernel runs (Mixture-of-Experts or latent attention); --deterministic "
+                         f"supports dense models")
     for owner, name in model.decoder_linears():  # the architecture names its own weights
         setattr(owner, name, InvariantLinear(getattr(owner, name), kernels, keep_weight=False))
     model.lm_head = InvariantLinear(model.lm_head, kernels, keep_weight=True)

@@ -165,7 +165,8 @@ def arch_from_hf_config(cfg: dict) -> DeepseekArch:
         rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
         rope_theta=theta,
         max_position_embeddings=cfg.get("max_position_embeddings", 4096),
-        rope_scaling={**rope, "rope_type": "yarn"} if kind == "yarn" else None,
+        rope_scaling={**{k: v for k, v in rope.items() if k not in ("rope_theta", "type")}, "rope_type": "yarn"}
+        if kind == "yarn" else None,
         rope_interleave=bool(cfg.get("rope_interleave", True)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attention_bias=bool(cfg.get("attention_bias", False)),
@@ -174,3 +175,31 @@ def arch_from_hf_config(cfg: dict) -> DeepseekArch:
         bos_token_id=cfg.get("bos_token_id"),
         eos_token_ids=tuple(eos) if isinstance(eos, list) else ((eos,) if eos is not None else ()),
     )
+
+
+def hf_config(arch: DeepseekArch) -> dict:
+    """The config.json of ``arch`` (the inverse of ``arch_from_hf_config``): writes
+    HF checkpoints of a preset's shape (benchmarks build HF's model from it)."""
+    m = arch.moe
+    rope = {"rope_type": "default", "rope_theta": arch.rope_theta}
+    if arch.rope_scaling:
+        rope = {**arch.rope_scaling, "rope_theta": arch.rope_theta}
+    cfg = {
+        "architectures": list(DEEPSEEK_HF_ARCHITECTURES), "model_type": "deepseek_v3",
+        "vocab_size": arch.vocab_size, "hidden_size": arch.hidden_size, "intermediate_size": arch.intermediate_size,
+        "num_hidden_layers": arch.num_layers, "num_attention_heads": arch.num_heads,
+        "num_key_value_heads": arch.num_heads, "q_lora_rank": arch.q_lora_rank, "kv_lora_rank": arch.kv_lora_rank,
+        "qk_nope_head_dim": arch.qk_nope_head_dim, "qk_rope_head_dim": arch.qk_rope_head_dim,
+        "v_head_dim": arch.v_head_dim, "n_routed_experts": m.num_experts, "num_experts_per_tok": m.top_k,
+        "moe_intermediate_size": m.intermediate_size, "n_group": m.num_groups, "topk_group": m.topk_groups,
+        "norm_topk_prob": m.norm_topk_prob, "routed_scaling_factor": m.routed_scaling_factor,
+        "n_shared_experts": m.num_shared_experts, "first_k_dense_replace": arch.first_k_dense_replace,
+        "rms_norm_eps": arch.rms_norm_eps, "max_position_embeddings": arch.max_position_embeddings,
+        "rope_parameters": rope, "rope_interleave": arch.rope_interleave,
+        "tie_word_embeddings": arch.tie_word_embeddings, "attention_bias": arch.attention_bias,
+        "num_nextn_predict_layers": arch.num_mtp_layers, "bos_token_id": arch.bos_token_id,
+        "eos_token_id": list(arch.eos_token_ids) if len(arch.eos_token_ids) != 1 else arch.eos_token_ids[0],
+    }
+    if arch.weight_block_size:
+        cfg["quantization_config"] = {"quant_method": "fp8", "weight_block_size": list(arch.weight_block_size)}
+    return cfg
