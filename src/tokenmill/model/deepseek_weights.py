@@ -15,8 +15,10 @@ Loaders hand over HF-named tensors. This module maps them onto model/deepseek.py
 - FP8 checkpoints: an ``float8_e4m3fn`` weight and its ``weight_scale_inv``
   [ceil(out / 128), ceil(in / 128)] become ``weight * scale`` per block, in
   float32, whichever of the pair arrives first;
-- MTP layers (``model.layers.{num_layers + k}``) go to model/deepseek_mtp.py's
-  weight map when the model has MTP modules.
+- MTP layers (``model.layers.{num_layers + k}``) go to the model's MTP modules
+  (model/deepseek_mtp.py);
+- GGUF (``deepseek2``): names and metadata in model/deepseek_gguf.py; its split
+  ``k_b``/``v_b`` and per-projection stacked experts are placed here.
 Completeness: every parameter must be written in full (counted in elements),
 else ValueError names what is missing.
 """
@@ -35,6 +37,7 @@ from tokenmill.model.deepseek_arch import (
     DeepseekArch,
     arch_from_hf_config,
 )
+from tokenmill.model.deepseek_gguf import GGUF_ARCHITECTURES, arch_from_gguf_fields, gguf_to_hf_name
 from tokenmill.model.deepseek_presets import DEEPSEEK_PRESETS
 from tokenmill.model.moe import Router
 from tokenmill.model.registry import ModelEntry, register
@@ -157,6 +160,14 @@ class DeepseekWeightMap:
             w = tensor.view(arch.num_heads, arch.qk_nope_head_dim + arch.v_head_dim, arch.kv_lora_rank)
             return [(attn + "w_uk", None, w[:, :arch.qk_nope_head_dim]),
                     (attn + "w_uv", None, w[:, arch.qk_nope_head_dim:])]
+        if rest == "self_attn.k_b_proj.weight":  # GGUF's split kv_b: [H, kv_lora_rank, nope]
+            return [(attn + "w_uk", None, tensor.transpose(1, 2))]
+        if rest == "self_attn.v_b_proj.weight":
+            return [(attn + "w_uv", None, tensor)]
+        if rest in ("mlp.experts.gate_proj", "mlp.experts.up_proj"):  # GGUF: stacked [E, I, hidden] each
+            i = arch.moe.intermediate_size
+            lo = 0 if rest.endswith("gate_proj") else i
+            return [(p + "mlp.experts.w13", (slice(None), slice(lo, lo + i)), tensor)]
         if rest == "mlp.experts.gate_up_proj":
             return [(p + "mlp.experts.w13", None, tensor)]
         if rest == "mlp.experts.down_proj":
@@ -172,7 +183,7 @@ class DeepseekWeightMap:
         raise ValueError(f"unexpected weight {name!r} for a DeepSeek-V3 model")
 
     def from_gguf(self, arch: DeepseekArch, name: str, tensor: torch.Tensor) -> tuple[str, torch.Tensor]:
-        raise ValueError("DeepSeek-V3 from GGUF (deepseek2) is not supported yet; load the HF directory")
+        return gguf_to_hf_name(name), tensor  # llama.cpp keeps HF's layouts (model/deepseek_gguf.py)
 
 
 def _halves(arch: DeepseekArch, t: torch.Tensor, start: int) -> torch.Tensor:
@@ -205,5 +216,7 @@ DEEPSEEK_ENTRY = register(ModelEntry(
     weights=DeepseekWeightMap(),
     hf_architectures=DEEPSEEK_HF_ARCHITECTURES,
     hf_model_types=DEEPSEEK_MODEL_TYPES,
+    gguf_architectures=GGUF_ARCHITECTURES,
+    parse_gguf=arch_from_gguf_fields,
     presets=DEEPSEEK_PRESETS,
 ))
