@@ -261,7 +261,7 @@ def test_fp8_block_quantized_checkpoint(hf_tiny, tmp_path):
     assert torch.equal(model.layers[0].mlp.down_proj.weight, expect)
     assert torch.equal(dequantize_fp8(w, s, (128, 128)), expect)
     w, s = originals["model.layers.1.mlp.experts.3.up_proj.weight"]
-    assert torch.equal(model.layers[1].mlp.experts.w13[3, 64:], dequantize_fp8(w, s, (128, 128)))
+    assert torch.equal(model.layers[1].mlp.experts.w13[3].weight[64:], dequantize_fp8(w, s, (128, 128)))
 
 
 def test_stacked_experts_checkpoint_loads_the_same(hf_tiny, ours, tmp_path):
@@ -286,7 +286,7 @@ def test_missing_and_unexpected_weights_are_named(hf_tiny, tmp_path):
         del tensors["model.layers.2.mlp.experts.5.down_proj.weight"]
         return tensors, cfg
 
-    with pytest.raises(ValueError, match=r"layers\.2\.mlp\.experts\.w2"):
+    with pytest.raises(ValueError, match=r"layers\.2\.mlp\.experts\.w2\.5"):
         load_model(str(rewrite_checkpoint(hf_tiny[1], tmp_path / "missing", drop)), "hf", CPU, torch.float32)
 
     def extra(tensors, cfg):

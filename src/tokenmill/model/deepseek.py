@@ -125,10 +125,10 @@ class DeepseekV3ForCausalLM(nn.Module):
         return self.mtp(self, depth, input_ids, prev_hidden, positions, meta, cache)
 
     def decoder_linears(self) -> list[tuple[nn.Module, str]]:
-        """The decoder's nn.Linear weights: attention projections, dense MLPs and
-        shared experts. Routed experts are stacked 3-D tensors and the latent
-        projections (w_uk, w_uv) are batched per head: weight-only quantization
-        leaves both in the model dtype."""
+        """The decoder's nn.Linear weights: attention projections, dense MLPs,
+        routed and shared experts. The latent projections (w_uk, w_uv: batched
+        per head) and the float32 router are not linears: weight-only
+        quantization leaves them as they are. MTP layers are not included."""
         out = []
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
@@ -138,6 +138,8 @@ class DeepseekV3ForCausalLM(nn.Module):
             dense = mlp.shared_experts if isinstance(mlp, MoELayer) else mlp
             if dense is not None:
                 out += [(dense, "gate_up_proj"), (dense, "down_proj")]
+            if isinstance(mlp, MoELayer):
+                out += mlp.experts.linears()
         return out
 
     def exact_head(self) -> ExactHead:

@@ -10,8 +10,8 @@ Loaders hand over HF-named tensors. This module maps them onto model/deepseek.py
   and k the same way changes nothing else;
 - ``kv_b_proj`` [H * (nope + v), kv_lora_rank] splits into ``w_uk`` and ``w_uv``;
 - routed experts come per expert (``experts.{e}.gate_proj`` ..., DeepSeek's
-  checkpoints) or stacked (``experts.gate_up_proj``, HF's newer layout) and
-  land in the stacked ``w13`` / ``w2``;
+  checkpoints) or stacked (``experts.gate_up_proj``, HF's newer layout; GGUF's
+  per projection) and land in each expert's ``w13`` (gate | up) and ``w2``;
 - FP8 checkpoints: an ``float8_e4m3fn`` weight and its ``weight_scale_inv``
   [ceil(out / 128), ceil(in / 128)] become ``weight * scale`` per block, in
   float32, whichever of the pair arrives first;
@@ -164,22 +164,21 @@ class DeepseekWeightMap:
             return [(attn + "w_uk", None, tensor.transpose(1, 2))]
         if rest == "self_attn.v_b_proj.weight":
             return [(attn + "w_uv", None, tensor)]
+        i = arch.moe.intermediate_size
+        w13, w2 = p + "mlp.experts.w13.{}.weight", p + "mlp.experts.w2.{}.weight"
         if rest in ("mlp.experts.gate_proj", "mlp.experts.up_proj"):  # GGUF: stacked [E, I, hidden] each
-            i = arch.moe.intermediate_size
-            lo = 0 if rest.endswith("gate_proj") else i
-            return [(p + "mlp.experts.w13", (slice(None), slice(lo, lo + i)), tensor)]
-        if rest == "mlp.experts.gate_up_proj":
-            return [(p + "mlp.experts.w13", None, tensor)]
-        if rest == "mlp.experts.down_proj":
-            return [(p + "mlp.experts.w2", None, tensor)]
-        e = _EXPERT.match(rest)
-        if e:
-            expert, which = int(e.group(1)), e.group(2)
+            rows = slice(0, i) if rest.endswith("gate_proj") else slice(i, 2 * i)
+            return [(w13.format(e), rows, t) for e, t in enumerate(tensor)]
+        if rest == "mlp.experts.gate_up_proj":  # HF's stacked layout: [E, 2I, hidden]
+            return [(w13.format(e), None, t) for e, t in enumerate(tensor)]
+        if rest == "mlp.experts.down_proj":  # stacked [E, hidden, I]
+            return [(w2.format(e), None, t) for e, t in enumerate(tensor)]
+        expert = _EXPERT.match(rest)
+        if expert:
+            e, which = int(expert.group(1)), expert.group(2)
             if which == "down_proj":
-                return [(p + "mlp.experts.w2", expert, tensor)]
-            i = arch.moe.intermediate_size
-            lo = 0 if which == "gate_proj" else i
-            return [(p + "mlp.experts.w13", (expert, slice(lo, lo + i)), tensor)]
+                return [(w2.format(e), None, tensor)]
+            return [(w13.format(e), slice(0, i) if which == "gate_proj" else slice(i, 2 * i), tensor)]
         raise ValueError(f"unexpected weight {name!r} for a DeepSeek-V3 model")
 
     def from_gguf(self, arch: DeepseekArch, name: str, tensor: torch.Tensor) -> tuple[str, torch.Tensor]:

@@ -148,13 +148,12 @@ class LlamaForCausalLM(nn.Module):
 
     def decoder_linears(self) -> list[tuple[nn.Module, str]]:
         """(owner, attribute) of each layer's fused qkv, o, fused gate_up and down
-        projections (the last two only in dense layers)."""
+        projections (Mixtral: every expert's w13 and w2 in their place)."""
         out = []
         for layer in self.layers:
             attn, mlp = layer.self_attn, layer.mlp
             out += [(attn, "qkv_proj"), (attn, "o_proj")]
-            if isinstance(mlp, DenseMLP):  # routed experts are stacked 3-D tensors, not nn.Linear
-                out += [(mlp, "gate_up_proj"), (mlp, "down_proj")]
+            out += mlp.experts.linears() if isinstance(mlp, MoELayer) else [(mlp, "gate_up_proj"), (mlp, "down_proj")]
         return out
 
     def exact_head(self) -> ExactHead:

@@ -162,9 +162,8 @@ def _gguf_hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def _target(name: str) -> tuple[str | None, int | tuple | None]:
-    """HF name -> (our parameter name, part of a fused parameter or None); a
-    Mixtral expert's part is (expert, 0 gate | 1 up | None down)."""
+def _target(name: str) -> tuple[str | None, int | None]:
+    """HF name -> (our parameter name, slice of a fused parameter or None)."""
     if name in _TOP:
         return _TOP[name], None
     m = _LAYER.match(name)
@@ -182,20 +181,16 @@ def _target(name: str) -> tuple[str | None, int | tuple | None]:
     expert = _MIXTRAL_EXPERT.match(module)
     if expert:  # w1: gate, w3: up (rows of w13), w2: down
         e, w = int(expert.group(1)), expert.group(2)
-        return (f"layers.{idx}.mlp.experts.w2", (e, None)) if w == "w2" else \
-            (f"layers.{idx}.mlp.experts.w13", (e, 0 if w == "w1" else 1))
+        return (f"layers.{idx}.mlp.experts.w2.{e}.weight", None) if w == "w2" else \
+            (f"layers.{idx}.mlp.experts.w13.{e}.weight", 0 if w == "w1" else 1)
     return None, None
 
 
-def _slice(param: torch.Tensor, target: str, part: int | tuple | None, arch: ModelArch) -> torch.Tensor:
-    """The rows of a fused parameter that one HF tensor fills (q | k | v, gate | up,
-    one expert's matrix or half of it)."""
+def _slice(param: torch.Tensor, target: str, part: int | None, arch: ModelArch) -> torch.Tensor:
+    """The rows of a fused parameter that one HF tensor fills (q | k | v, gate | up;
+    a Mixtral expert's w13 is gate | up too, ``intermediate_size`` rows each)."""
     if part is None:
         return param
-    if isinstance(part, tuple):
-        expert, half = part
-        i = arch.moe.intermediate_size
-        return param[expert] if half is None else param[expert, half * i:(half + 1) * i]
     if "qkv_proj" in target:
         bounds = [0, arch.q_size, arch.q_size + arch.kv_size, arch.q_size + 2 * arch.kv_size]
     else:

@@ -19,9 +19,12 @@ for experts nobody chose. The three stages only meet through ``Dispatch``, so
 expert parallelism can put an all-to-all between dispatch and the local
 experts, and another before combine, without touching either side.
 
-Weights: routed experts are stacked, ``w13`` [E, 2I, hidden] (gate rows then up
-rows) and ``w2`` [E, hidden, I], in the model dtype; shared experts are one
-dense MLP of width ``num_shared_experts * I``.
+Weights: each routed expert is two ``nn.Linear`` layers, ``w13[e]`` (hidden ->
+2I: gate rows then up rows) and ``w2[e]`` (I -> hidden), so every linear backend
+and weight-only quantization the dense layers get (prepacked oneDNN / mixed
+C++ GEMMs for few rows, int8, int4) applies to experts as well: the models list
+them in ``decoder_linears()``. Shared experts are one dense MLP of width
+``num_shared_experts * I``.
 """
 
 from __future__ import annotations
@@ -155,8 +158,8 @@ class GroupedExperts(nn.Module):
 
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int):
         super().__init__()
-        self.w13 = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))
-        self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))
+        self.w13 = nn.ModuleList(nn.Linear(hidden_size, 2 * intermediate_size, bias=False) for _ in range(num_experts))
+        self.w2 = nn.ModuleList(nn.Linear(intermediate_size, hidden_size, bias=False) for _ in range(num_experts))
 
     def forward(self, rows: torch.Tensor, rows_per_expert: list[int], ops) -> torch.Tensor:
         """rows [N, hidden], expert-major -> [N, hidden]: one gate/up GEMM and one
@@ -166,9 +169,13 @@ class GroupedExperts(nn.Module):
         for e, n in enumerate(rows_per_expert):
             if n:
                 run = rows[start:start + n]
-                out[start:start + n] = F.linear(ops.silu_and_mul(F.linear(run, self.w13[e])), self.w2[e])
+                out[start:start + n] = self.w2[e](ops.silu_and_mul(self.w13[e](run)))
                 start += n
         return out
+
+    def linears(self) -> list[tuple[nn.Module, str]]:
+        """(owner, attribute) of every expert's two linears, for ``decoder_linears``."""
+        return [(self.w13, str(e)) for e in range(len(self.w13))] + [(self.w2, str(e)) for e in range(len(self.w2))]
 
 
 class DenseMLP(nn.Module):
