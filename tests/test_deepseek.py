@@ -106,11 +106,19 @@ def engines(hf_tiny):
                                    enable_prefix_caching=True)))
 
 
-def test_greedy_tokens_match_hf(hf_tiny, engines):
-    hf, _ = hf_tiny
+@pytest.mark.parametrize("backend", ["torch", "cpp"])
+def test_greedy_tokens_match_hf(hf_tiny, backend):
+    """torch: latent attention as multi-query SDPA / batched matmuls; cpp: the C++
+    latent kernel (csrc/mla_decode_attention.cpp)."""
+    if backend == "cpp" and load_cpu_kernels() is None:
+        pytest.skip("the C++ kernels do not build here")
+    hf, path = hf_tiny
+    engine = LLMEngine(EngineConfig(model=str(path), dtype="float32", device="cpu", num_kv_blocks=64,
+                                    attention_backend=backend, max_num_batched_tokens=48))
+    assert (engine.core.runner.latent_kernel is not None) == (backend == "cpp")
     params = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
     batch = [p[:60] for p in prompts()]
-    got = engines[0].generate(batch, params)
+    got = engine.generate(batch, params)
     for prompt, result in zip(batch, got):
         assert result.token_ids == hf_greedy(hf, prompt, 12)
 

@@ -126,7 +126,7 @@ def test_one_part_cache_matches_full_recompute(kernel):
 def test_unknown_architecture_names_the_registered_ones(latent_registered):
     with pytest.raises(ValueError, match=r"GPT2LMHeadModel.*registered:.*LatentToyForCausalLM.*LlamaForCausalLM"):
         registry.entry_for_hf_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"})
-    with pytest.raises(ValueError, match=r"'gpt2'.*registered: \['llama', 'mistral', 'qwen2'\]"):
+    with pytest.raises(ValueError, match=r"'gpt2'.*registered: \['deepseek2', 'llama', 'mistral', 'qwen2'\]"):
         registry.entry_for_gguf("gpt2")
     assert registry.entry_for_hf_config({"architectures": ["Qwen2ForCausalLM"]}).name == "llama"
     assert registry.entry_for_hf_config({"model_type": "mistral"}).name == "llama"

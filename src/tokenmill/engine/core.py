@@ -49,6 +49,7 @@ from tokenmill.engine.resolve import (
     resolve_device,
     resolve_dtype,
     resolve_fused_ops,
+    resolve_latent_kernel,
     resolve_linear_backend,
 )
 from tokenmill.engine.runner import ForwardResult, ModelRunner
@@ -104,7 +105,8 @@ class EngineCore:
             "cpp" if c.deterministic else c.attention_backend, self.device, self.dtype)
         self.fused_ops, self.model.ops = resolve_fused_ops("cpp" if c.deterministic else c.fused_ops,
                                                           self.device, self.dtype)
-        self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel)
+        self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel,
+                                  resolve_latent_kernel(self.attention_backend))
         self.kv_layout = KVLayout.of(self.runner.kv_cache_spec, c.block_size, self.dtype)
         """What one block holds: another engine's blocks are adopted only under an equal layout."""
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,

@@ -49,6 +49,15 @@ def resolve_decode_kernel(backend: str, device: torch.device, dtype: torch.dtype
     return ("cpp", module.paged_decode_attention) if module is not None else ("torch", None)
 
 
+def resolve_latent_kernel(attention_backend: str):
+    """The C++ latent attention (DeepSeek MLA) when the resolved attention backend is cpp, else None."""
+    if attention_backend != "cpp":
+        return None
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+
+    return load_cpu_kernels().paged_mla_attention
+
+
 def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype):
     """(backend actually used, the decoder layer's elementwise ops); same rules
     as resolve_decode_kernel (kernels/fused_ops.py)."""

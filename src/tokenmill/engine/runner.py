@@ -52,10 +52,13 @@ class ForwardResult:
 
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int,
-                 device: torch.device, dtype: torch.dtype, decode_kernel: Callable | None = None):
-        """decode_kernel: the C++ paged decode attention (CPU), or None for plain torch."""
+                 device: torch.device, dtype: torch.dtype, decode_kernel: Callable | None = None,
+                 latent_kernel: Callable | None = None):
+        """decode_kernel: the C++ paged decode attention (CPU), or None for plain torch;
+        latent_kernel: the C++ latent attention (DeepSeek MLA) beside it, or None."""
         self.model = model
         self.decode_kernel = decode_kernel
+        self.latent_kernel = latent_kernel
         self.device = device
         self.block_size = block_size
         self.kv_cache_spec = model.kv_cache_spec()
@@ -118,7 +121,8 @@ class ModelRunner:
             torch.tensor(lengths, device=self.device))
         slot_mapping = all_tables[row_of_token, pos // bs] * bs + pos % bs  # [T]
         if self.decode_kernel is not None:
-            return build_cpp_metadata(all_tables, row_of_token, pos, slot_mapping, bs, self.decode_kernel)
+            return build_cpp_metadata(all_tables, row_of_token, pos, slot_mapping, bs, self.decode_kernel,
+                                      self.latent_kernel)
         return build_torch_metadata(all_tables, [s.start for s in decodes],
                                     [(s.start, s.num_new_tokens) for s in prefills], slot_mapping, bs)
 

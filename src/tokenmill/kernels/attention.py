@@ -141,6 +141,8 @@ class CppAttentionMetadata:
     block_size: int
     kernel: Callable
     """The compiled ``paged_decode_attention``."""
+    latent_kernel: Callable | None = None
+    """The compiled ``paged_mla_attention`` (DeepSeek's latent attention), or None."""
 
     def attend(self, q, k, v, k_cache, v_cache, scale: float) -> torch.Tensor:
         return self.kernel(q, k_cache, v_cache, self.block_tables, self.context_lens, self.block_size, scale)
@@ -151,10 +153,11 @@ AttentionMetadata = TorchAttentionMetadata | CppAttentionMetadata
 
 
 def build_cpp_metadata(tables: torch.Tensor, row_of_token: torch.Tensor, positions: torch.Tensor,
-                       slot_mapping: torch.Tensor, block_size: int, kernel: Callable) -> CppAttentionMetadata:
+                       slot_mapping: torch.Tensor, block_size: int, kernel: Callable,
+                       latent_kernel: Callable | None = None) -> CppAttentionMetadata:
     """tables [B, max_blocks] (one row per sequence), row_of_token [T], positions [T]."""
     return CppAttentionMetadata(slot_mapping, slot_mapping // block_size, slot_mapping % block_size,
-                                tables[row_of_token], positions + 1, block_size, kernel)
+                                tables[row_of_token], positions + 1, block_size, kernel, latent_kernel)
 
 
 def build_torch_metadata(tables: torch.Tensor, decode_starts: list[int], prefills: list[tuple[int, int]],
@@ -217,7 +220,13 @@ def paged_latent_attention(q: torch.Tensor, latent: torch.Tensor, cache: torch.T
     absorbed MLA, model/mla.py): the key is the whole row, the value its first
     ``v_dim`` values. q: [T, H, D]; latent: this step's [T, 1, D]; cache: the
     layer's one part, [num_blocks, 1, block_size, D]. Writes the latents at
-    meta.slot_mapping, returns [T, H, v_dim]."""
+    meta.slot_mapping, returns [T, H, v_dim]. On the C++ backend one kernel
+    (csrc/mla_decode_attention.cpp) reads each cached row once for all heads
+    and only its first v_dim values as the value; the torch path attends with
+    the whole row as value and drops the rest."""
+    if isinstance(meta, CppAttentionMetadata) and meta.latent_kernel is not None:
+        cache.transpose(1, 2).index_put_((meta.slot_blocks, meta.slot_offsets), latent)
+        return meta.latent_kernel(q, cache, meta.block_tables, meta.context_lens, meta.block_size, scale, v_dim)
     return paged_attention(q, latent, latent, cache, cache, meta, scale)[..., :v_dim]
 
 

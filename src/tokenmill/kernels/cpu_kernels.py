@@ -1,8 +1,10 @@
 """C++ CPU kernels, compiled on first use with torch's extension builder.
 
 One module from every source in csrc/ (entry points in csrc/ops.h): the paged
-attention (``paged_decode_attention``) and the fused ops of kernels/fused_ops.py
-(``add_rms_norm``, ``silu_and_mul``, ``rotary_embedding``, ``argmax_rows``).
+attention (``paged_decode_attention``), DeepSeek's latent attention
+(``paged_mla_attention``, kernels/mla_attention.py) and the fused ops of
+kernels/fused_ops.py (``add_rms_norm``, ``silu_and_mul``, ``rotary_embedding``,
+``argmax_rows``).
 The first build on a machine takes about a minute (g++ and ninja must be on PATH) and
 is cached under ``$TOKENMILL_KERNEL_CACHE`` (default ``~/.cache/tokenmill/kernels``)
 in a folder keyed by the sources, this CPU's instruction-set flags and the torch

@@ -3,6 +3,10 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("paged_decode_attention", &tokenmill::paged_decode_attention, "paged decode attention (CPU)");
+    m.def("paged_mla_attention", &tokenmill::paged_mla_attention,
+          "DeepSeek latent attention over the paged latent cache, weight-absorbed form (CPU)",
+          pybind11::arg("q"), pybind11::arg("cache"), pybind11::arg("block_tables"), pybind11::arg("context_lens"),
+          pybind11::arg("block_size"), pybind11::arg("scale"), pybind11::arg("v_dim"));
     m.def("add_rms_norm", &tokenmill::add_rms_norm, "residual += delta, then RMSNorm (CPU)",
           pybind11::arg("residual"), pybind11::arg("delta"), pybind11::arg("weight"), pybind11::arg("eps"));
     m.def("silu_and_mul", &tokenmill::silu_and_mul, "silu(gate) * up over [T, 2I] (CPU)");

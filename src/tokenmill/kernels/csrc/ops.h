@@ -13,6 +13,10 @@ torch::Tensor paged_decode_attention(torch::Tensor q, torch::Tensor k_cache, tor
                                      torch::Tensor block_tables, torch::Tensor context_lens,
                                      int64_t block_size, double scale);
 
+// mla_decode_attention.cpp
+torch::Tensor paged_mla_attention(torch::Tensor q, torch::Tensor cache, torch::Tensor block_tables,
+                                  torch::Tensor context_lens, int64_t block_size, double scale, int64_t v_dim);
+
 // fused_ops.cpp
 torch::Tensor add_rms_norm(torch::Tensor residual, std::optional<torch::Tensor> delta, torch::Tensor weight,
                            double eps);
