@@ -12,7 +12,12 @@ tokens/s, KV cache bytes per token (ours: the latent; HF's cache measured
 after a forward; the expanded per-head K/V an MHA-style cache would hold) and
 the sequences of --context tokens that fit a 1 GiB cache, and the MoE layer's
 achieved GEMM rate at the expert batch sizes a step sees, as a fraction of a
-dense GEMM of the same shape and of the machine's square-GEMM peak.
+dense GEMM of the same shape and of the machine's square-GEMM peak (and, for
+the few-row steps of decoding, which are bound by reading the weights, the
+expert weight bytes read per second).
+
+HF runs its ``eager`` experts (a per-expert loop), the fastest of its
+implementations on this CPU; its default, ``grouped_mm``, measured 20-40x slower.
 
     python -m benchmarks.deepseek_vs_hf --num-requests 64 --json results/deepseek/vs_hf.json
 """
@@ -116,10 +121,12 @@ def moe_gemm_fraction(arch: DeepseekArch, dtype: torch.dtype, token_counts: list
             a = torch.randn(avg, h, dtype=dtype)
             dense = timed(lambda: w2(TORCH_FUSED_OPS.silu_and_mul(w13(a))), 20)
         flops = 2 * t * m.top_k * 3 * h * m.intermediate_size
+        weight_bytes = active * 3 * h * m.intermediate_size * x.element_size()  # each active expert read once
         dense_rate = 2 * avg * 3 * h * m.intermediate_size / dense / 1e9
         rate = flops / sec / 1e9
         rows.append({"tokens": t, "active_experts": active, "avg_rows_per_expert": avg,
-                     "experts_gflops": rate, "dense_same_shape_gflops": dense_rate,
+                     "experts_gflops": rate, "experts_weight_gb_s": weight_bytes / sec / 1e9,
+                     "dense_same_shape_gflops": dense_rate,
                      "fraction_of_dense_same_shape": rate / dense_rate, "fraction_of_square_peak": rate / peak})
     return rows
 
@@ -135,8 +142,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--decode-tokens", type=int, default=64, help="tokens for the batch-1 decode runs")
     ap.add_argument("--context", type=int, default=2048, help="sequence length for the sequences-per-GiB figure")
     ap.add_argument("--skip-hf", action="store_true", help="tokenmill only")
-    ap.add_argument("--hf-experts", choices=["eager", "batched_mm", "grouped_mm"],
-                    help="transformers' experts implementation (default: its own default)")
+    ap.add_argument("--hf-experts", default="eager", choices=["eager", "batched_mm", "grouped_mm"],
+                    help="transformers' experts implementation: eager (its per-expert loop) is the fastest "
+                         "on CPU here; its default, grouped_mm, measured 20-40x slower")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the figures to this file")
     return ap.parse_args(argv)
@@ -163,8 +171,8 @@ def main(argv=None) -> None:
     if not args.skip_hf:
         import transformers
 
-        extra = {"experts_implementation": args.hf_experts} if args.hf_experts else {}
-        hf = transformers.AutoModelForCausalLM.from_pretrained(str(root), dtype=torch.bfloat16, **extra).eval()
+        hf = transformers.AutoModelForCausalLM.from_pretrained(str(root), dtype=torch.bfloat16,
+                                                               experts_implementation=args.hf_experts).eval()
         report["hf_experts_implementation"] = getattr(hf.config, "_experts_implementation", None)
         report["hf_offline"] = run_hf_offline(hf, work, args.hf_batch, 0)
         print(f"HF Offline: {report['hf_offline']['output_tok_s']:.1f} output tok/s", flush=True)
@@ -193,11 +201,12 @@ def print_report(r: dict) -> None:
     for k, v in kv["bytes_per_token"].items():
         print(f"KV bytes/token {k:18}{v:>10}   sequences of {kv['context']} tokens per GiB: "
               f"{kv['sequences_per_gib'][k]}")
-    print(f"{'MoE tokens':>10}{'active':>8}{'rows/expert':>12}{'GFLOP/s':>9}{'of dense':>10}{'of peak':>9}")
+    print(f"{'MoE tokens':>10}{'active':>8}{'rows/expert':>12}{'GFLOP/s':>9}{'weights GB/s':>13}{'of dense':>10}"
+          f"{'of peak':>9}")
     for row in r["moe_layer"]:
         print(f"{row['tokens']:>10}{row['active_experts']:>8}{row['avg_rows_per_expert']:>12}"
-              f"{row['experts_gflops']:>9.1f}{row['fraction_of_dense_same_shape']:>10.0%}"
-              f"{row['fraction_of_square_peak']:>9.0%}")
+              f"{row['experts_gflops']:>9.1f}{row['experts_weight_gb_s']:>13.1f}"
+              f"{row['fraction_of_dense_same_shape']:>10.0%}{row['fraction_of_square_peak']:>9.0%}")
 
 
 if __name__ == "__main__":

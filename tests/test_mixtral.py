@@ -66,3 +66,18 @@ def test_softmax_router_equals_hf_ties_included():
     assert (routing.experts < 3).sum(dim=1).eq(1).any()  # some rows took one of the three tied experts
     assert torch.equal(routing.experts, ref_experts)
     torch.testing.assert_close(routing.weights, ref_weights)
+
+
+def test_chunking_prefix_hits_and_preemption_keep_the_tokens(hf_mixtral):
+    common = dict(model=str(hf_mixtral[1]), dtype="float32", device="cpu", max_model_len=96)
+    plain = LLMEngine(EngineConfig(**common, num_kv_blocks=64, enable_prefix_caching=False))
+    stress = LLMEngine(EngineConfig(**common, max_num_batched_tokens=16, num_kv_blocks=8, block_size=16,
+                                    enable_prefix_caching=True))
+    shared = [(7 * i) % 500 + 3 for i in range(32)]
+    batch = [shared + [(11 * i + j) % 500 + 3 for j in range(30)] for i in range(4)]
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    together = stress.generate(batch, params)
+    stats = stress.stats()
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0
+    for prompt, result in zip(batch, together):
+        assert result.token_ids == plain.generate([prompt], params)[0].token_ids

@@ -5,7 +5,7 @@ model/loaders/dummy.py), registered with the family's entry
 - ``deepseek-v3-tiny``: for tests; every feature on (a dense first layer,
   16 experts in 4 groups, q_lora, YaRN, an MTP layer), a forward in milliseconds.
 - ``deepseek-v3-bench``: sized for a 2-core CPU benchmark (8 layers, 64 experts
-  top-6 + 1 shared, hidden 1024; ~0.9 B parameters, ~0.25 B active).
+  top-6 + 1 shared, hidden 1024; 0.81 B parameters, 0.14 B active per token).
 - ``deepseek-r1``: the real shapes (671 B parameters), for memory and FLOP
   accounting; never loaded by tests.
 """
