@@ -85,6 +85,12 @@ def test_softmax_is_stable_for_large_scores(kernel):
     torch.testing.assert_close(out.double(), reference(q, kc, vc, tables, ctx, 16, 0.125), atol=1e-4, rtol=1e-4)
 
 
+def test_zero_rows_give_an_empty_output(kernel):
+    _, kc, vc, tables, ctx = random_case(2, 4, 2, 64, 16, [5, 9], torch.float32)
+    out = kernel(torch.empty(0, 4, 64), kc, vc, tables[:0], ctx[:0], 16, 0.125)
+    assert out.shape == (0, 4, 64)
+
+
 def test_rejects_mismatched_inputs(kernel):
     q, kc, vc, tables, ctx = random_case(2, 4, 2, 64, 16, [5, 9], torch.float32)
     with pytest.raises(RuntimeError, match="share a dtype"):

@@ -318,3 +318,24 @@ def test_tiny_preset_runs_in_bfloat16():
 def test_deterministic_mode_refuses_moe_and_latent_weights():
     with pytest.raises(ValueError, match=r"deterministic: .*w_uk"):
         LLMEngine(EngineConfig(model="dummy:deepseek-v3-tiny", deterministic=True, num_kv_blocks=16))
+
+
+def test_latent_kv_blocks_transfer_between_engines():
+    """Disaggregated serving's KV handoff (engine/kv_transfer.py) carries the
+    one-part latent cache: a prompt prefilled on one engine continues on another
+    exactly as on a single engine (float32, one prefill chunk, batch of one on
+    each side, so the same ops run in the same shapes)."""
+    from test_kv_transfer import prefill_then_decode
+
+    from tokenmill.engine.core import EngineCore
+
+    config = EngineConfig(model="dummy:deepseek-v3-tiny", dtype="float32", device="cpu", num_kv_blocks=32,
+                          max_model_len=256, max_num_batched_tokens=64)
+    prompt = list(range(40, 40 + 3 * config.block_size + 5))
+    params = SamplingParams(max_tokens=10, temperature=0.0, ignore_eos=True)
+    want = LLMEngine(config).generate([prompt], params)[0].token_ids
+    prefill, decode = EngineCore(config), EngineCore(config)
+    tokens, reason, sent = prefill_then_decode(prefill, decode, "r", prompt, params)
+    assert tokens == want and reason == "length" and sent == 4
+    assert decode.kv_layout.parts == ("latent",)
+    assert prefill.pool.num_used_blocks == 0 == decode.pool.num_used_blocks

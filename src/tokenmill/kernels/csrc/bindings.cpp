@@ -1,4 +1,4 @@
-// One Python module for every CPU kernel (see ops.h; docs in kernels/cpu_ops.py).
+// One Python module for every CPU kernel (see ops.h; docs in kernels/cpu_kernels.py).
 #include "ops.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

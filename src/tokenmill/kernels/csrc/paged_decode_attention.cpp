@@ -217,6 +217,7 @@ torch::Tensor tokenmill::paged_decode_attention(torch::Tensor q, torch::Tensor k
     }
     const CacheStrides stride{k_cache.stride(0), k_cache.stride(1)};
     auto out = torch::empty_like(q);
+    if (B == 0) return out;  // decode_attention takes the longest context: none to take
     AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, q.scalar_type(), "paged_decode_attention", [&] {
         decode_attention<scalar_t>(q.data_ptr<scalar_t>(), k_cache.data_ptr<scalar_t>(),
                                    v_cache.data_ptr<scalar_t>(), tables, lens, out.data_ptr<scalar_t>(), B, Hq, Hkv,
