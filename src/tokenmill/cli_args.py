@@ -50,6 +50,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                    help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "
                         "float32/bfloat16, C++ kernels, no --quantization; cost: docs/PERFORMANCE.md)")
+    g.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help='speculative decoding, vLLM\'s JSON: \'{"method": "ngram", "num_speculative_tokens": 4, '
+                        '"prompt_lookup_max": 4}\' (drafts from the request\'s own tokens, verified in the same '
+                        'steps: outputs are the same, steps fewer where the answer repeats its input)')
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")
@@ -161,7 +165,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
         enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_waiting_requests=args.max_waiting_requests,
-        seed=args.seed, num_threads=args.num_threads,
+        seed=args.seed, num_threads=args.num_threads, speculative_config=args.speculative_config,
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenmill.spec.config import parse_speculative_config
+
 LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
@@ -91,6 +93,9 @@ class EngineConfig:
     """Seed for dummy weights and for requests that give no seed of their own."""
     num_threads: int | None = None
     """torch intra-op threads on CPU; None leaves torch's default."""
+    speculative_config: dict | str | None = None
+    """Speculative decoding, vLLM's JSON (spec/config.py), e.g. ``{"method": "ngram",
+    "num_speculative_tokens": 4}``; None: off. Outputs are the same either way."""
 
     def __post_init__(self) -> None:
         if self.load_format not in LOAD_FORMATS:
@@ -116,3 +121,4 @@ class EngineConfig:
                 raise ValueError(f"{name}: must be a positive integer, got {value!r}")
         if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
             raise ValueError(f"kv_cache_memory_gib: must be > 0, got {self.kv_cache_memory_gib}")
+        parse_speculative_config(self.speculative_config)  # ValueError naming the field

@@ -182,10 +182,12 @@ class ClusterEngine(DisaggHandoffs):
             for name in ("num_running", "num_waiting", "kv_blocks_total", "kv_blocks_used", "prefix_cache_queries",
                          "prefix_cache_hits", "num_preemptions", "prompt_tokens", "generation_tokens",
                          "forward_retries", "prefill_tokens_queued", "kv_blocks_held", "kv_blocks_imported",
-                         "kv_imports_recomputed"):
+                         "kv_imports_recomputed", "spec_draft_tokens", "spec_accepted_tokens",
+                         "spec_verifications"):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             for mine, theirs in ((total.request_failures, s.request_failures),
-                                 (total.aborted_requests, s.aborted_requests)):
+                                 (total.aborted_requests, s.aborted_requests),
+                                 (total.spec_accepted_per_position, s.spec_accepted_per_position)):
                 for key, n in theirs.items():
                     mine[key] = mine.get(key, 0) + n
         if self._output_failures:

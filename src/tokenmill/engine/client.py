@@ -55,6 +55,15 @@ class EngineStats:
     """Blocks written into this cache from a prefill engine (cumulative)."""
     kv_imports_recomputed: int = 0
     """Imported prompts that could not be adopted and were recomputed here (cumulative)."""
+    spec_draft_tokens: int = 0
+    """Speculative decoding: draft tokens verified (cumulative)."""
+    spec_accepted_tokens: int = 0
+    """Draft tokens the model confirmed (cumulative)."""
+    spec_verifications: int = 0
+    """(request, step) pairs that verified drafts (cumulative): mean accepted length =
+    (accepted + verifications) / verifications tokens per such step."""
+    spec_accepted_per_position: dict[str, int] = field(default_factory=dict)
+    """Draft position ('0' = first draft) -> times accepted (cumulative)."""
 
     @property
     def kv_usage(self) -> float:

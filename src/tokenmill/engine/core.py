@@ -64,6 +64,8 @@ from tokenmill.kernels.packed_linear import prepack_linears
 from tokenmill.kernels.quantize import dense_copy_fits, quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
+from tokenmill.spec.config import parse_speculative_config
+from tokenmill.spec.drafting import Drafting
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,9 @@ class EngineCore:
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.kv_blocks_imported = 0
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
+        spec = parse_speculative_config(c.speculative_config)
+        self.drafting = Drafting(spec) if spec else None
+        """Speculative decoding (spec/drafting.py), or None."""
 
     def _swap_linears(self, config: EngineConfig, backend: str, invariant_kernels) -> str:
         """Replace the model's linears for ``backend``; returns the backend in use
@@ -281,6 +286,8 @@ class EngineCore:
     def step(self) -> EngineCoreOutputs:
         if self.kv.held:
             self.kv.expire_holds()
+        if self.drafting is not None:
+            self.drafting.propose(self.scheduler.running)
         out = self.scheduler.schedule()
         outputs = self._run(out) if out else []
         return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
@@ -334,6 +341,8 @@ class EngineCore:
                 continue
             tokens = accept_exact(drafts, result.token_ids[first:last])
             sampled[rid] = tokens
+            if self.drafting is not None:
+                self.drafting.record(len(drafts), len(tokens))
             if rows[first].params.logprobs is not None:
                 logprobs[rid] = result.logprobs[first:first + len(tokens)]
         return sampled, logprobs
@@ -369,7 +378,14 @@ class EngineCore:
             kv_blocks_held=sum(len(h.blocks) for h in list(self.kv.held.values())),
             kv_blocks_imported=self.kv_blocks_imported,
             kv_imports_recomputed=self.kv_imports_recomputed,
+            **(self._spec_stats() if self.drafting is not None else {}),
         )
+
+    def _spec_stats(self) -> dict:
+        d = self.drafting
+        return dict(spec_draft_tokens=d.num_draft_tokens, spec_accepted_tokens=d.num_accepted_tokens,
+                    spec_verifications=d.num_verifications,
+                    spec_accepted_per_position={str(k): n for k, n in sorted(d.accepted_per_position.items())})
 
     def subscribe_kv_events(self, capacity: int = DEFAULT_EVENT_CAPACITY) -> None:
         """Record KV events from now on and hand them out with every step's

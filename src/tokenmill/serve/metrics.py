@@ -64,7 +64,24 @@ class EngineStatsCollector:
         for reason in ABORT_REASONS:
             aborted.add_metric([reason], s.aborted_requests.get(reason, 0))
         yield aborted
+        yield from spec_decode_metrics(s)
         yield from cluster_metrics(self.engine)
+
+
+def spec_decode_metrics(s):
+    """Speculative decoding (spec/drafting.py): drafts verified and accepted, by position."""
+    for name, doc, value in (
+            ("spec_decode_num_draft_tokens", "Draft tokens verified.", s.spec_draft_tokens),
+            ("spec_decode_num_accepted_tokens", "Draft tokens the model confirmed.", s.spec_accepted_tokens),
+            ("spec_decode_num_verifications", "Request steps that verified drafts (mean accepted length = "
+             "(accepted + verifications) / verifications).", s.spec_verifications)):
+        yield CounterMetricFamily(f"tokenmill:{name}", doc, value=value)
+    per_position = CounterMetricFamily("tokenmill:spec_decode_num_accepted_tokens_per_pos",
+                                       "Draft tokens confirmed, by position in the draft (0: the first).",
+                                       labels=["position"])
+    for position, n in sorted(s.spec_accepted_per_position.items(), key=lambda kv: int(kv[0])):
+        per_position.add_metric([position], n)
+    yield per_position
 
 
 def cluster_metrics(engine):

@@ -1,0 +1,63 @@
+"""``--speculative-config``: vLLM's JSON flag, parsed and checked.
+
+    --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'
+
+Methods: ``ngram`` (prompt lookup over the request's own tokens). The other
+methods of the speculative-decoding issue (``self-int4``, ``draft_model``,
+``mtp``) are refused with a ValueError until they exist.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+
+METHODS = ("ngram",)
+MAX_SPECULATIVE_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    method: str
+    num_speculative_tokens: int
+    """Drafts proposed per request per step (k): each step verifies up to k + 1 tokens."""
+    prompt_lookup_max: int = 4
+    """ngram: the longest suffix of the request's tokens looked up earlier in them."""
+    prompt_lookup_min: int = 1
+    """ngram: the shortest suffix tried before giving up for this step."""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"speculative_config.method: {self.method!r} is not available; choose from {METHODS}")
+        if not isinstance(self.num_speculative_tokens, int) or \
+                not 1 <= self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+            raise ValueError(f"speculative_config.num_speculative_tokens: must be an integer in "
+                             f"[1, {MAX_SPECULATIVE_TOKENS}], got {self.num_speculative_tokens!r}")
+        for name in ("prompt_lookup_min", "prompt_lookup_max"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"speculative_config.{name}: must be a positive integer, got {value!r}")
+        if self.prompt_lookup_min > self.prompt_lookup_max:
+            raise ValueError(f"speculative_config.prompt_lookup_min: {self.prompt_lookup_min} exceeds "
+                             f"prompt_lookup_max {self.prompt_lookup_max}")
+
+
+def parse_speculative_config(value: str | dict | None) -> SpeculativeConfig | None:
+    """A JSON object (text or dict) -> SpeculativeConfig; None -> None. ValueError names the field."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"speculative_config: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"speculative_config: must be a JSON object, got {type(value).__name__}")
+    known = {f.name for f in fields(SpeculativeConfig)}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"speculative_config: unknown field(s) {unknown}; known: {sorted(known)}")
+    for name in ("method", "num_speculative_tokens"):
+        if name not in value:
+            raise ValueError(f"speculative_config.{name}: required")
+    return SpeculativeConfig(**value)
