@@ -1,0 +1,120 @@
+"""Speculative decoding at batch 1: decode tok/s with and without drafts, same outputs.
+
+Two workloads of chat requests on the embedded model (greedy, one request at a
+time, as MLPerf's SingleStream runs):
+- grounded: the answer copies from the prompt (repeat, lightly edit or fix a
+  given paragraph or function), where prompt lookup finds its drafts;
+- open: questions with nothing to copy, where drafting can only cost.
+For each: output tok/s over the decode phase (first token excluded), whether
+the token ids equal the run without drafts, drafts accepted / verified, and the
+mean tokens a verification step appends.
+
+    python -m benchmarks.spec_decode --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.sampling_params import SamplingParams
+
+PARAGRAPHS = [
+    "The river runs past the old mill, where the wheel has not turned for forty years. In spring the water rises "
+    "over the stones and the village children come down to watch the ducks fight the current.",
+    "To reset the router, hold the power button for ten seconds, wait until the light turns orange, then release "
+    "it. The router restarts with its factory settings and the default password printed on its label.",
+    "Our quarterly report shows revenue up eight percent, driven by the new subscription plan. Costs rose four "
+    "percent, mostly from hiring in the support team, and the margin improved by two points.",
+    "The meeting is moved to Thursday at three in the afternoon. Please bring the draft budget, the list of open "
+    "hiring requests, and any questions about the office move planned for next month.",
+]
+CODE = [
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)\n",
+    "def find_user(users, name):\n    for user in users:\n        if user['name'] == name:\n            return user\n"
+    "    return None\n",
+]
+GROUNDED = ([f"Repeat the following text exactly:\n\n{p}" for p in PARAGRAPHS]
+            + [f"Rewrite the following text, changing only 'the' to 'a' where it fits:\n\n{p}" for p in PARAGRAPHS[:2]]
+            + [f"Add a docstring to this Python function and return the whole function:\n\n{c}" for c in CODE])
+OPEN = ["Write a short poem about winter.", "Give three tips for learning a new language.",
+        "What is the capital of France, and why is it famous?", "Describe a sunset to someone who cannot see.",
+        "Why is the sky blue?", "Suggest a name for a bakery and explain it.",
+        "List four uses of a paper clip.", "What makes a good friend?"]
+
+
+def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> dict:
+    """Each prompt alone; decode tok/s over the steps after its first token."""
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    outputs, decode_tokens, decode_seconds = [], 0, 0.0
+    for prompt in prompts:
+        engine.add_request(None, prompt, params)
+        tokens, t_first = [], None
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                tokens += out.new_token_ids
+                if t_first is None and tokens:
+                    t_first, first_tokens = time.perf_counter(), len(tokens)
+        outputs.append(tokens)
+        decode_tokens += len(tokens) - first_tokens
+        decode_seconds += time.perf_counter() - t_first
+    return {"outputs": outputs, "decode_tok_s": decode_tokens / decode_seconds}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--speculative-config", required=True, help="the JSON given to --speculative-config")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=2, help="alternate plain and speculative runs this many times")
+    ap.add_argument("--json", help="also write the figures to this file")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    plain = LLMEngine(EngineConfig(dtype=args.dtype))
+    spec = LLMEngine(EngineConfig(dtype=args.dtype, speculative_config=args.speculative_config))
+    tok = plain.tokenizer
+
+    def chat(text):
+        return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
+
+    report = {"speculative_config": json.loads(args.speculative_config), "dtype": str(plain.core.dtype),
+              "max_tokens": args.max_tokens}
+    run(plain, [chat(OPEN[0])], 8)  # warm both engines up
+    run(spec, [chat(OPEN[0])], 8)
+    for name, texts in (("grounded", GROUNDED), ("open", OPEN)):
+        prompts = [chat(t) for t in texts]
+        rates = {"plain": [], "spec": []}
+        before = spec.stats()
+        for _ in range(args.rounds):
+            base, fast = run(plain, prompts, args.max_tokens), run(spec, prompts, args.max_tokens)
+            rates["plain"].append(base["decode_tok_s"])
+            rates["spec"].append(fast["decode_tok_s"])
+        after = spec.stats()
+        drafts = after.spec_draft_tokens - before.spec_draft_tokens
+        accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+        steps = after.spec_verifications - before.spec_verifications
+        best = {k: max(v) for k, v in rates.items()}
+        report[name] = {"requests": len(prompts), "plain_decode_tok_s": rates["plain"],
+                        "spec_decode_tok_s": rates["spec"], "speedup_of_best": best["spec"] / best["plain"],
+                        "identical_outputs": base["outputs"] == fast["outputs"],
+                        "acceptance_rate": accepted / drafts if drafts else None,
+                        "mean_tokens_per_verification": (accepted + steps) / steps if steps else None}
+        r = report[name]
+        print(f"{name:9} plain {best['plain']:6.1f} tok/s  spec {best['spec']:6.1f} tok/s  "
+              f"{r['speedup_of_best']:.2f}x  identical outputs: {r['identical_outputs']}  "
+              f"acceptance {r['acceptance_rate'] or 0:.0%}  tokens/verification "
+              f"{r['mean_tokens_per_verification'] or 0:.2f}", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
