@@ -14,7 +14,7 @@ from fake_openai_server import FakeOpenAIServer
 
 from tokenmill.bench.openai_backend import OpenAIBackend
 from tokenmill.bench.runner import Target, run_benchmark
-from tokenmill.bench.server_metrics import hit_rate_between, parse_prefix_cache_counters
+from tokenmill.bench.server_metrics import parse_counters, rates_between
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Sample, Workload
 
@@ -135,19 +135,31 @@ def test_real_tokenmill_server_each_scenario(run, server, tokenizer, tmp_path):
         assert float(m.loadgen[key]) == pytest.approx(m.tokens_per_s, rel=0.1)
 
 
-def test_prefix_cache_counters_of_tokenmill_and_vllm_and_the_rate_between():
+def test_server_counters_of_tokenmill_and_vllm_and_the_rates_between():
     tokenmill = ("# HELP tokenmill:prefix_cache_hits_total x\n# TYPE tokenmill:prefix_cache_hits_total counter\n"
                  "tokenmill:prefix_cache_hits_total 30.0\ntokenmill:prefix_cache_queries_total 120.0\n")
     vllm = ('vllm:prefix_cache_queries_total{engine="0",model_name="m"} 100.0\n'
             'vllm:prefix_cache_queries_total{engine="1",model_name="m"} 50.0\n'
             'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 40.0\n'
             'vllm:prefix_cache_hits_created{engine="0",model_name="m"} 1.7e9\n')
-    assert parse_prefix_cache_counters(tokenmill) == (30.0, 120.0)
-    assert parse_prefix_cache_counters(vllm) == (40.0, 150.0)
-    assert parse_prefix_cache_counters("tokenmill:prefix_cache_hits_total 3.0\n") is None
-    assert hit_rate_between((30.0, 120.0), (90.0, 220.0)) == pytest.approx(0.6)
-    assert hit_rate_between((30.0, 120.0), (30.0, 120.0)) is None  # nothing looked up in between
-    assert hit_rate_between(None, (1.0, 2.0)) is None
+    assert parse_counters(tokenmill) == {"prefix_hits": 30.0, "prefix_queries": 120.0}
+    assert parse_counters(vllm) == {"prefix_hits": 40.0, "prefix_queries": 150.0}
+    before, after = {"prefix_hits": 30.0, "prefix_queries": 120.0}, {"prefix_hits": 90.0, "prefix_queries": 220.0}
+    assert rates_between(before, after)["prefix_cache_hit_rate"] == pytest.approx(0.6)
+    assert rates_between(before, before)["prefix_cache_hit_rate"] is None  # nothing looked up in between
+    assert rates_between(None, after)["prefix_cache_hit_rate"] is None
+    assert rates_between({"prefix_hits": 3.0}, {"prefix_hits": 5.0})["prefix_cache_hit_rate"] is None
+    spec = ("tokenmill:spec_decode_num_draft_tokens_total 40.0\ntokenmill:spec_decode_num_accepted_tokens_total 30.0\n"
+            "tokenmill:spec_decode_num_verifications_total 10.0\n")
+    vllm_spec = ('vllm:spec_decode_num_drafts_total{engine="0"} 10.0\n'
+                 'vllm:spec_decode_num_draft_tokens_total{engine="0"} 40.0\n'
+                 'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 30.0\n')
+    zero = {"spec_drafts": 0.0, "spec_accepted": 0.0, "spec_verifications": 0.0}
+    for text in (spec, vllm_spec):
+        rates = rates_between(zero, parse_counters(text))
+        assert rates["spec_acceptance_rate"] == pytest.approx(0.75)
+        assert rates["spec_tokens_per_verification"] == pytest.approx(4.0)
+    assert rates_between(zero, zero)["spec_acceptance_rate"] is None
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -282,3 +282,11 @@ def test_plots_module_imports_without_matplotlib():
     code = "import sys, tokenmill.bench.plots, tokenmill.bench.compare; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_report_shows_speculative_decoding_when_drafts_were_verified():
+    result = _result()
+    assert "n/a (no drafts verified)" in _line(format_result(result), "speculative decoding")
+    result.metrics.spec_acceptance_rate, result.metrics.spec_tokens_per_verification = 0.75, 4.0
+    assert "75.0% of drafts accepted, 4.00 tokens per verification step" in \
+        _line(format_result(result), "speculative decoding")

@@ -26,6 +26,7 @@ _ROWS: list[_Row] = [
     ("TPOT p50 (ms)", lambda r: _pct(r.metrics.tpot_ms, "p50"), fmt_num),
     ("TPOT p99 (ms)", lambda r: _pct(r.metrics.tpot_ms, "p99"), fmt_num),
     ("prefix-cache hit rate", lambda r: r.metrics.prefix_cache_hit_rate, fmt_rate),
+    ("drafts accepted", lambda r: r.metrics.spec_acceptance_rate, fmt_rate),
     ("goodput (req/s)", lambda r: r.metrics.goodput_rps, lambda v: fmt_num(v, 2)),
     ("cost / M tokens", lambda r: r.metrics.cost_per_million_tokens, fmt_cost),
 ]

@@ -203,6 +203,9 @@ def _results_block(r: BenchResult) -> list[str]:
         ("usage mismatches", f"{m.usage_mismatches} (server's token count != client's)"),
         ("prefix-cache hit rate", "n/a (no counters)" if m.prefix_cache_hit_rate is None
          else f"{fmt_rate(m.prefix_cache_hit_rate)} of prompt tokens (the target's own counters over the run)"),
+        ("speculative decoding", "n/a (no drafts verified)" if m.spec_acceptance_rate is None
+         else f"{fmt_rate(m.spec_acceptance_rate)} of drafts accepted, {m.spec_tokens_per_verification:.2f} "
+              "tokens per verification step"),
     ])
 
 

@@ -135,6 +135,11 @@ class Metrics:
     prefix_cache_hit_rate: float | None = None
     """The server's prefix-cache hit rate over the run (its /metrics counters
     read before and after; bench/server_metrics.py); None when not exposed."""
+    spec_acceptance_rate: float | None = None
+    """Speculative decoding over the run: draft tokens accepted / verified (the
+    target's own counters); None without speculation or counters."""
+    spec_tokens_per_verification: float | None = None
+    """Tokens a verification step appended on average (accepted drafts + one)."""
 
 
 @dataclass

@@ -15,7 +15,7 @@ from tokenmill.bench.driver import LoadGenDriver
 from tokenmill.bench.loadgen_log import read_summary
 from tokenmill.bench.metrics import compute_metrics
 from tokenmill.bench.results import BenchResult, Verdict
-from tokenmill.bench.server_metrics import hit_rate_between, read_prefix_cache_counters
+from tokenmill.bench.server_metrics import rates_between, read_counters
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Workload
 
@@ -44,7 +44,7 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     run_dir = Path(run_dir)
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     backend = target.make_backend()
-    counters = _cache_counter_reader(target, backend)
+    counters = _counter_reader(target, backend)
     before = counters()
     run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
     after = counters()
@@ -72,7 +72,10 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
         created=created,
         t0_unix=run.t0_unix,
     )
-    result.metrics.prefix_cache_hit_rate = hit_rate_between(before, after)
+    rates = rates_between(before, after)
+    result.metrics.prefix_cache_hit_rate = rates["prefix_cache_hit_rate"]
+    result.metrics.spec_acceptance_rate = rates["spec_acceptance_rate"]
+    result.metrics.spec_tokens_per_verification = rates["spec_tokens_per_verification"]
     if settings.mode == "accuracy":
         from tokenmill.bench.accuracy import score_accuracy
         result.accuracy = score_accuracy(run_dir, workload)
@@ -83,15 +86,18 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     return result
 
 
-def _cache_counter_reader(target: Target, backend) -> Callable[[], tuple[float, float] | None]:
-    """(hits, queries) of the target's prefix cache: an HTTP server's /metrics, the engine's stats."""
+def _counter_reader(target: Target, backend) -> Callable[[], dict[str, float] | None]:
+    """The target's prefix-cache and speculative-decoding counters (bench/server_metrics.py
+    COUNTERS): an HTTP server's /metrics, the in-process engine's stats."""
     if target.kind != "openai":
         def engine_counters():
-            stats = backend.engine.stats()
-            return float(stats.prefix_cache_hits), float(stats.prefix_cache_queries)
+            s = backend.engine.stats()
+            return {"prefix_hits": float(s.prefix_cache_hits), "prefix_queries": float(s.prefix_cache_queries),
+                    "spec_drafts": float(s.spec_draft_tokens), "spec_accepted": float(s.spec_accepted_tokens),
+                    "spec_verifications": float(s.spec_verifications)}
         return engine_counters
     headers = {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else None
-    return lambda: read_prefix_cache_counters(backend.label, headers)
+    return lambda: read_counters(backend.label, headers)
 
 
 def slug(text: str) -> str:

@@ -1,9 +1,11 @@
-"""The server's own prefix-cache counters around a run (URL targets).
+"""The server's own counters around a run (URL targets): prefix cache and
+speculative decoding.
 
-A client cannot see cache hits; the server's Prometheus counters can. The
-runner reads them before and after the LoadGen test, so the hit rate it
-reports is that of the run's own requests (as long as nothing else uses the
-server meanwhile). Counter names of tokenmill and vLLM are both understood.
+A client cannot see cache hits or accepted drafts; the server's Prometheus
+counters can. The runner reads them before and after the LoadGen test, so the
+rates it reports are those of the run's own requests (as long as nothing else
+uses the server meanwhile). Counter names of tokenmill and vLLM are both
+understood.
 """
 
 from __future__ import annotations
@@ -12,32 +14,48 @@ import httpx
 
 HIT_COUNTERS = ("tokenmill:prefix_cache_hits_total", "vllm:prefix_cache_hits_total")
 QUERY_COUNTERS = ("tokenmill:prefix_cache_queries_total", "vllm:prefix_cache_queries_total")
+COUNTERS = {
+    "prefix_hits": HIT_COUNTERS,
+    "prefix_queries": QUERY_COUNTERS,
+    "spec_drafts": ("tokenmill:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"),
+    "spec_accepted": ("tokenmill:spec_decode_num_accepted_tokens_total",
+                      "vllm:spec_decode_num_accepted_tokens_total"),
+    "spec_verifications": ("tokenmill:spec_decode_num_verifications_total", "vllm:spec_decode_num_drafts_total"),
+}
+"""Our name -> the Prometheus counters (tokenmill's, vLLM's) that hold it."""
 
 
-def read_prefix_cache_counters(base_url: str, headers: dict[str, str] | None = None) -> tuple[float, float] | None:
-    """(hits, queries) in prompt tokens, summed over label sets (per-engine
-    series); None when the server has no /metrics or no such counters."""
+def parse_counters(text: str) -> dict[str, float]:
+    """The COUNTERS present in Prometheus text, each summed over its label sets."""
+    names = {prom: ours for ours, proms in COUNTERS.items() for prom in proms}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        ours = names.get(line.split("{", 1)[0].split(" ", 1)[0])
+        if ours is not None:
+            out[ours] = out.get(ours, 0.0) + float(line.rpartition(" ")[2])
+    return out
+
+
+def read_counters(base_url: str, headers: dict[str, str] | None = None) -> dict[str, float] | None:
+    """The server's COUNTERS; None when it has no /metrics."""
     try:
         answer = httpx.get(f"{base_url}/metrics", headers=headers, timeout=10)
     except httpx.HTTPError:
         return None
-    return parse_prefix_cache_counters(answer.text) if answer.status_code == 200 else None
+    return parse_counters(answer.text) if answer.status_code == 200 else None
 
 
-def parse_prefix_cache_counters(text: str) -> tuple[float, float] | None:
-    """(hits, queries) from Prometheus text; None when either counter is absent."""
-    hits = queries = None
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in HIT_COUNTERS:
-            hits = (hits or 0.0) + float(line.rpartition(" ")[2])
-        elif name in QUERY_COUNTERS:
-            queries = (queries or 0.0) + float(line.rpartition(" ")[2])
-    return None if hits is None or queries is None else (hits, queries)
+def rates_between(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float | None]:
+    """Over a run: prefix-cache hit rate, drafts accepted / verified, and tokens a
+    verification step appended (accepted drafts + the model's own token); None
+    where the counters are missing or did not move."""
+    before, after = before or {}, after or {}
 
+    def delta(name: str) -> float | None:
+        return after[name] - before[name] if name in before and name in after else None
 
-def hit_rate_between(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
-    """Prompt tokens found in the cache / looked up, between two readings."""
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return (after[0] - before[0]) / (after[1] - before[1])
+    hits, queries = delta("prefix_hits"), delta("prefix_queries")
+    drafts, accepted, steps = delta("spec_drafts"), delta("spec_accepted"), delta("spec_verifications")
+    return {"prefix_cache_hit_rate": hits / queries if hits is not None and queries else None,
+            "spec_acceptance_rate": accepted / drafts if accepted is not None and drafts else None,
+            "spec_tokens_per_verification": (accepted + steps) / steps if accepted is not None and steps else None}
