@@ -131,3 +131,12 @@ def test_metrics_expose_drafts_and_acceptance_by_position():
     per_pos = {s.labels["position"]: s.value for s in families["tokenmill:spec_decode_num_accepted_tokens_per_pos"]
                .samples}
     assert per_pos == {"0": 4, "1": 2}
+
+
+def test_each_request_logs_its_drafts_at_debug_level(embedded, caplog):
+    _, spec = embedded
+    with caplog.at_level("DEBUG", logger="tokenmill.spec.drafting"):
+        spec.generate([chat(spec, "Repeat this text exactly:\n" + TEXT)], SamplingParams(max_tokens=24,
+                                                                                         temperature=0.0))
+    lines = [r.getMessage() for r in caplog.records if "drafts verified" in r.getMessage()]
+    assert len(lines) == 1 and "accepted" in lines[0]

@@ -302,6 +302,10 @@ class EngineCore:
                                       for s in out.scheduled)
         advanced = self.scheduler.update(out, sampled)
         self.num_generation_tokens += sum(n for _, n in advanced)
+        if self.drafting is not None:
+            for req, _ in advanced:
+                if req.status.finished:
+                    self.drafting.log_finished(req)
         return outputs + [_output(req, n, logprobs.get(req.request_id)) for req, n in advanced]
 
     def _execute(self, out: SchedulerOutput) -> tuple[ForwardResult | None, dict[str, tuple[str, str]]]:
@@ -342,7 +346,7 @@ class EngineCore:
             tokens = accept_exact(drafts, result.token_ids[first:last])
             sampled[rid] = tokens
             if self.drafting is not None:
-                self.drafting.record(len(drafts), len(tokens))
+                self.drafting.record(s.request, len(drafts), len(tokens))
             if rows[first].params.logprobs is not None:
                 logprobs[rid] = result.logprobs[first:first + len(tokens)]
         return sampled, logprobs

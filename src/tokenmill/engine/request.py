@@ -58,6 +58,9 @@ class Request:
     """Proposed next tokens (speculative decoding), not yet accepted: the
     scheduler feeds them after ``token_ids`` so one step verifies them all;
     ``Scheduler.update`` clears them."""
+    num_drafts_verified: int = field(default=0, init=False)
+    num_drafts_accepted: int = field(default=0, init=False)
+    """Speculative decoding, this request's share (logged at debug level when it ends)."""
     num_preemptions: int = field(default=0, init=False)
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
     stop_reason: str | int | None = field(default=None, init=False)
