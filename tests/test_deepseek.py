@@ -304,6 +304,13 @@ def test_missing_and_unexpected_weights_are_named(hf_tiny, tmp_path):
     with pytest.raises(ValueError, match="bogus"):
         load_model(str(rewrite_checkpoint(hf_tiny[1], tmp_path / "extra", extra)), "hf", CPU, torch.float32)
 
+    def no_q_lora(tensors, cfg):
+        cfg["q_lora_rank"] = None
+        return tensors, cfg
+
+    with pytest.raises(ValueError, match=r"unexpected weight 'model\.layers\.0\.self_attn\.q_a"):
+        load_model(str(rewrite_checkpoint(hf_tiny[1], tmp_path / "no_q_lora", no_q_lora)), "hf", CPU, torch.float32)
+
 
 def test_tiny_preset_runs_in_bfloat16():
     engine = LLMEngine(EngineConfig(model="dummy:deepseek-v3-tiny", dtype="bfloat16", device="cpu",

@@ -90,6 +90,8 @@ class DeepseekWeightMap:
                 weight, scale = (other.pop(key), tensor) if key != name else (tensor, other.pop(key))
                 name, tensor = key, dequantize_fp8(weight, scale, arch.weight_block_size or (128, 128))
             for target, rows, value in self._place(arch, name, tensor):
+                if target not in targets:  # e.g. q_b_proj in a checkpoint whose config has no q_lora_rank
+                    raise ValueError(f"unexpected weight {name!r} for this DeepSeek-V3 configuration")
                 dest = targets[target] if rows is None else targets[target][rows]
                 if dest.shape != value.shape:
                     raise ValueError(f"weight {name!r}: shape {tuple(value.shape)}, expected {tuple(dest.shape)}")
