@@ -17,7 +17,8 @@ the few-row steps of decoding, which are bound by reading the weights, the
 expert weight bytes read per second).
 
 HF runs its ``eager`` experts (a per-expert loop), the fastest of its
-implementations on this CPU; its default, ``grouped_mm``, measured 20-40x slower.
+implementations on this CPU; its default, ``grouped_mm``, gave 1 output tok/s on
+a short Offline run (docs/PERFORMANCE.md).
 
     python -m benchmarks.deepseek_vs_hf --num-requests 64 --json results/deepseek/vs_hf.json
 """
@@ -144,7 +145,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--skip-hf", action="store_true", help="tokenmill only")
     ap.add_argument("--hf-experts", default="eager", choices=["eager", "batched_mm", "grouped_mm"],
                     help="transformers' experts implementation: eager (its per-expert loop) is the fastest "
-                         "on CPU here; its default, grouped_mm, measured 20-40x slower")
+                         "on CPU here; its default, grouped_mm, was far slower (docs/PERFORMANCE.md)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the figures to this file")
     return ap.parse_args(argv)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tokenmill.kernels.int8_linear import Int8Linear
+
 
 @dataclass(frozen=True)
 class ExactHead:
@@ -31,8 +33,6 @@ class ExactHead:
     @staticmethod
     def of_linear(head) -> ExactHead:
         """The head of a model whose LM head is an ``nn.Linear`` or, quantized, an ``Int8Linear``."""
-        from tokenmill.kernels.int8_linear import Int8Linear
-
         if isinstance(head, Int8Linear):
             return ExactHead(head.qweight, head.scales, head.bias, head.compute_dtype)
         return ExactHead(head.weight, None, head.bias, None)
