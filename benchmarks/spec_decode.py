@@ -10,6 +10,8 @@ the token ids equal the run without drafts, drafts accepted / verified, and the
 mean tokens a verification step appends.
 
     python -m benchmarks.spec_decode --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
+    python -m benchmarks.spec_decode --int4-reference \
+        --speculative-config '{"method": "self-int4", "num_speculative_tokens": 4}'
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2, help="alternate plain and speculative runs this many times")
+    ap.add_argument("--int4-reference", action="store_true",
+                    help="also time the model with --quantization int4 alone (what self-int4 drafts with)")
     ap.add_argument("--json", help="also write the figures to this file")
     return ap.parse_args(argv)
 
@@ -88,14 +92,17 @@ def main(argv=None) -> None:
               "max_tokens": args.max_tokens}
     run(plain, [chat(OPEN[0])], 8)  # warm both engines up
     run(spec, [chat(OPEN[0])], 8)
+    int4 = LLMEngine(EngineConfig(dtype=args.dtype, quantization="int4")) if args.int4_reference else None
     for name, texts in (("grounded", GROUNDED), ("open", OPEN)):
         prompts = [chat(t) for t in texts]
-        rates = {"plain": [], "spec": []}
+        rates = {"plain": [], "spec": []} | ({"int4": []} if int4 else {})
         before = spec.stats()
         for _ in range(args.rounds):
             base, fast = run(plain, prompts, args.max_tokens), run(spec, prompts, args.max_tokens)
             rates["plain"].append(base["decode_tok_s"])
             rates["spec"].append(fast["decode_tok_s"])
+            if int4:
+                rates["int4"].append(run(int4, prompts, args.max_tokens)["decode_tok_s"])
         after = spec.stats()
         drafts = after.spec_draft_tokens - before.spec_draft_tokens
         accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
@@ -106,11 +113,14 @@ def main(argv=None) -> None:
                         "identical_outputs": base["outputs"] == fast["outputs"],
                         "acceptance_rate": accepted / drafts if drafts else None,
                         "mean_tokens_per_verification": (accepted + steps) / steps if steps else None}
+        if int4:
+            report[name]["int4_decode_tok_s"] = rates["int4"]
         r = report[name]
         print(f"{name:9} plain {best['plain']:6.1f} tok/s  spec {best['spec']:6.1f} tok/s  "
               f"{r['speedup_of_best']:.2f}x  identical outputs: {r['identical_outputs']}  "
               f"acceptance {r['acceptance_rate'] or 0:.0%}  tokens/verification "
-              f"{r['mean_tokens_per_verification'] or 0:.2f}", flush=True)
+              f"{r['mean_tokens_per_verification'] or 0:.2f}"
+              + (f"  (int4 alone {best['int4']:6.1f} tok/s)" if int4 else ""), flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2))

@@ -19,7 +19,9 @@ from tokenmill.serve.metrics import spec_decode_metrics
 from tokenmill.spec.config import parse_speculative_config
 from tokenmill.spec.ngram import lookup
 
-NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "adaptive": False}
+"""Not adaptive: the counts asserted below must not depend on this machine's step times
+(tests/test_spec_adaptive.py runs the policy)."""
 TEXT = ("The quick brown fox jumps over the lazy dog. Pack my box with five dozen liquor jugs. "
         "How vexingly quick daft zebras jump! Sphinx of black quartz, judge my vow.")
 

@@ -52,8 +52,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         "float32/bfloat16, C++ kernels, no --quantization; cost: docs/PERFORMANCE.md)")
     g.add_argument("--speculative-config", default=None, metavar="JSON",
                    help='speculative decoding, vLLM\'s JSON: \'{"method": "ngram", "num_speculative_tokens": 4, '
-                        '"prompt_lookup_max": 4}\' (drafts from the request\'s own tokens, verified in the same '
-                        'steps: outputs are the same, steps fewer where the answer repeats its input)')
+                        '"prompt_lookup_max": 4}\' (drafts from the request\'s own tokens) or \'{"method": '
+                        '"self-int4", "num_speculative_tokens": 4}\' (the model\'s own weights in int4 draft); '
+                        'drafts are verified in the same steps, so outputs are the same; "adaptive": true (default) '
+                        'verifies only the drafts that measured step times say pay; "disable_by_batch_size": N')
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")

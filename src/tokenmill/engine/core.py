@@ -18,6 +18,7 @@ raises fails alone (sampler.py); those requests end with finish_reason
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
@@ -66,6 +67,7 @@ from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import parse_speculative_config
 from tokenmill.spec.drafting import Drafting
+from tokenmill.spec.proposer import make_draft_model, make_proposer
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,11 @@ class EngineCore:
         loaded = load_model(source, config.load_format, self.device, self.dtype, seed=config.seed)
         self.arch = loaded.arch
         self.model = loaded.model
+        spec = parse_speculative_config(config.speculative_config)
+        if spec is not None and spec.method == "self-int4" and config.quantization is not None:
+            raise ValueError(f"speculative_config.method: self-int4 drafts with int4 weights of the full-precision "
+                             f"model; it cannot run with quantization {config.quantization!r}")
+        draft_model = make_draft_model(spec, self.model) if spec is not None else None  # before the swap below
         self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
@@ -107,6 +114,8 @@ class EngineCore:
             "cpp" if c.deterministic else c.attention_backend, self.device, self.dtype)
         self.fused_ops, self.model.ops = resolve_fused_ops("cpp" if c.deterministic else c.fused_ops,
                                                           self.device, self.dtype)
+        if draft_model is not None:
+            draft_model.ops = self.model.ops
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel,
                                   resolve_latent_kernel(self.attention_backend))
         self.kv_layout = KVLayout.of(self.runner.kv_cache_spec, c.block_size, self.dtype)
@@ -122,8 +131,8 @@ class EngineCore:
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.kv_blocks_imported = 0
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
-        spec = parse_speculative_config(c.speculative_config)
-        self.drafting = Drafting(spec) if spec else None
+        self.drafting = Drafting(spec, make_proposer(spec, draft_model, self.runner, self.kv),
+                                 c.max_num_batched_tokens) if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
 
     def _swap_linears(self, config: EngineConfig, backend: str, invariant_kernels) -> str:
@@ -293,8 +302,11 @@ class EngineCore:
         return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
 
     def _run(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
+        start = time.perf_counter()
         forward, failed = self._execute(out)
         sampled, logprobs = self._sample(forward, failed)
+        if self.drafting is not None:
+            self.drafting.record_step(out.num_tokens, time.perf_counter() - start)
         # Failed requests end before update(), which then skips them.
         outputs = [self._fail(rid, stage, message) for rid, (stage, message) in failed.items()]
         # Prompt tokens computed this step (prefix hits excluded, recomputes included).

@@ -61,6 +61,8 @@ class Request:
     num_drafts_verified: int = field(default=0, init=False)
     num_drafts_accepted: int = field(default=0, init=False)
     """Speculative decoding, this request's share (logged at debug level when it ends)."""
+    num_draft_rejections: int = field(default=0, init=False)
+    """Verifications that kept fewer drafts than they verified (spec/adaptive.py's acceptance estimate)."""
     num_preemptions: int = field(default=0, init=False)
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
     stop_reason: str | int | None = field(default=None, init=False)

@@ -86,10 +86,11 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
             why = "--deterministic" if config.deterministic else f"quantization {config.quantization!r}"
             raise ValueError(f"linear_backend: {backend} packs full-precision weights; {why} brings its own kernels")
         return replaced_by
-    fits = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_available()
+    fits = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_available(dtype)
     if backend == "onednn" and not fits:
         raise ValueError(f"linear_backend: onednn runs on CPU in float32 or bfloat16 with a torch built "
-                         f"with oneDNN, not {device.type} {str(dtype).removeprefix('torch.')}")
+                         f"with oneDNN (bfloat16: on a CPU with AVX-512 or AVX-NE-CONVERT), "
+                         f"not {device.type} {str(dtype).removeprefix('torch.')}")
     if backend == "mixed":
         if not (fits and dtype == torch.bfloat16):
             raise ValueError(f"linear_backend: mixed runs on CPU in bfloat16 with a torch built with oneDNN, "

@@ -97,7 +97,8 @@ class ModelRunner:
         dev = self.device
         pos = torch.tensor(positions, dtype=torch.long, device=dev)
         tables = [kv.block_table(s.request.request_id) for s in decodes + prefills]
-        meta = self._attention_metadata(decodes, prefills, tables, pos)
+        meta = self._attention_metadata([s.start for s in decodes], [(s.start, s.num_new_tokens) for s in prefills],
+                                        tables, pos)
         return ModelInputs(
             input_ids=torch.tensor(tokens, dtype=torch.long, device=dev),
             positions=pos,
@@ -111,11 +112,26 @@ class ModelRunner:
         padded = [t + [0] * (width - len(t)) for t in tables]
         return torch.tensor(padded, dtype=torch.long, device=self.device)  # [B, max_blocks]
 
-    def _attention_metadata(self, decodes, prefills, tables, pos) -> AttentionMetadata:
+    @torch.inference_mode()
+    def decode_rows(self, model: CausalLM, token_ids: list[int], positions: list[int],
+                    tables: list[list[int]]) -> torch.Tensor:
+        """One query row per sequence through ``model`` over this runner's caches
+        (a draft model sharing the target's cache layout): token i at
+        positions[i] of the sequence whose blocks are tables[i]. Writes their K/V
+        at those positions; returns the final hidden rows [B, hidden]."""
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
+        meta = self._attention_metadata(positions, [], tables, pos)
+        ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
+        return model(ids, pos, meta, self.kv_caches)
+
+    def _attention_metadata(self, decode_starts: list[int], prefills: list[tuple[int, int]],
+                            tables: list[list[int]], pos: torch.Tensor) -> AttentionMetadata:
+        """decode_starts: the position of each one-row sequence; prefills: (start,
+        length) of each multi-row one, after them; tables: their block tables."""
         bs = self.block_size
         all_tables = self._padded_tables(tables)  # [B, max_blocks]
         # Per-token table row: decodes are rows 0..Bd-1, then each prefill's run.
-        lengths = [s.num_new_tokens for s in decodes + prefills]
+        lengths = [1] * len(decode_starts) + [n for _, n in prefills]
         row_of_token = torch.repeat_interleave(
             torch.arange(len(lengths), device=self.device),
             torch.tensor(lengths, device=self.device))
@@ -123,8 +139,7 @@ class ModelRunner:
         if self.decode_kernel is not None:
             return build_cpp_metadata(all_tables, row_of_token, pos, slot_mapping, bs, self.decode_kernel,
                                       self.latent_kernel)
-        return build_torch_metadata(all_tables, [s.start for s in decodes],
-                                    [(s.start, s.num_new_tokens) for s in prefills], slot_mapping, bs)
+        return build_torch_metadata(all_tables, decode_starts, prefills, slot_mapping, bs)
 
 
 def _step_tokens(s: ScheduledRequest) -> list[int]:

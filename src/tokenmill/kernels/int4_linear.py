@@ -109,4 +109,4 @@ def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
     copy = nn.Linear(linear.in_features, linear.out_features, bias=False, device=linear.weight.device, dtype=dtype)
     with torch.no_grad():
         copy.weight.copy_(linear.weight)
-    return PackedLinear(copy, keep_weight=False) if onednn_available() else copy
+    return PackedLinear(copy, keep_weight=False) if onednn_available(dtype) else copy

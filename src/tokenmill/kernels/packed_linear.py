@@ -17,6 +17,8 @@ head), as in kernels/invariant_linear.py.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -26,9 +28,18 @@ batch (packed with hint 1, it measured faster than ``F.linear`` at 1 to 256
 rows and about equal at 1,000; other hints not compared)."""
 
 
-def onednn_available() -> bool:
-    """torch was built with oneDNN (mkldnn) and can run its packed linear."""
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+@functools.cache
+def onednn_available(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """torch was built with oneDNN (mkldnn), can run its packed linear, and this
+    CPU can pack a ``dtype`` weight for it (bf16 packing needs AVX512-BW/VL/DQ or
+    AVX-NE-CONVERT: oneDNN refuses it on AVX2-only CPUs)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return False
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=dtype), _PACK_BATCH_HINT)
+    except RuntimeError:
+        return False
+    return True
 
 
 class PackedLinear(nn.Module):

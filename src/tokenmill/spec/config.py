@@ -2,9 +2,12 @@
 
     --speculative-config '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}'
 
-Methods: ``ngram`` (prompt lookup over the request's own tokens). The other
-methods of the speculative-decoding issue (``self-int4``, ``draft_model``,
-``mtp``) are refused with a ValueError until they exist.
+    --speculative-config '{"method": "self-int4", "num_speculative_tokens": 4}'
+
+Methods: ``ngram`` (prompt lookup over the request's own tokens, spec/ngram.py)
+and ``self-int4`` (the served model's own weights in int4 draft, the
+full-precision model verifies: spec/model_drafter.py). ``draft_model`` and
+``mtp`` are refused with a ValueError until they exist.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
-METHODS = ("ngram",)
+METHODS = ("ngram", "self-int4")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -25,6 +28,12 @@ class SpeculativeConfig:
     """ngram: the longest suffix of the request's tokens looked up earlier in them."""
     prompt_lookup_min: int = 1
     """ngram: the shortest suffix tried before giving up for this step."""
+    adaptive: bool = True
+    """Pick the drafts of each step from measured step times and acceptance
+    (spec/adaptive.py): fewer or none where they would not pay. False: always
+    up to ``num_speculative_tokens``."""
+    disable_by_batch_size: int | None = None
+    """No drafts in a step while more requests than this are running (vLLM's field)."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -37,6 +46,12 @@ class SpeculativeConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"speculative_config.{name}: must be a positive integer, got {value!r}")
+        if not isinstance(self.adaptive, bool):
+            raise ValueError(f"speculative_config.adaptive: must be true or false, got {self.adaptive!r}")
+        if self.disable_by_batch_size is not None and (
+                not isinstance(self.disable_by_batch_size, int) or self.disable_by_batch_size < 1):
+            raise ValueError(f"speculative_config.disable_by_batch_size: must be a positive integer, "
+                             f"got {self.disable_by_batch_size!r}")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError(f"speculative_config.prompt_lookup_min: {self.prompt_lookup_min} exceeds "
                              f"prompt_lookup_max {self.prompt_lookup_max}")

@@ -4,7 +4,10 @@ before a step, count what the step's verification kept.
 Drafts go only to requests about to decode (prompt computed, one token
 pending), and never past what the request may still produce: a request with r
 tokens left to its ``max_tokens`` gets at most r - 1 drafts (the step adds the
-model's own token after them). Counters (EngineStats, /metrics): drafts
+model's own token after them). With ``adaptive`` (the default) a DraftPolicy
+(spec/adaptive.py) trims them to what pays by measurement: before proposing
+for drafters whose every position costs a pass, after for free ones. None go
+out while more than ``disable_by_batch_size`` requests run. Counters (EngineStats, /metrics): drafts
 verified, drafts accepted, accepted per draft position, verifications; each
 request's own drafts verified and accepted, logged at debug level when it ends.
 """
@@ -12,11 +15,13 @@ request's own drafts verified and accepted, logged at debug level when it ends.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from tokenmill.spec.adaptive import DraftPolicy
 from tokenmill.spec.config import SpeculativeConfig
-from tokenmill.spec.proposer import make_proposer
+from tokenmill.spec.proposer import Proposer
 
 if TYPE_CHECKING:
     from tokenmill.engine.request import Request
@@ -25,9 +30,11 @@ log = logging.getLogger(__name__)
 
 
 class Drafting:
-    def __init__(self, config: SpeculativeConfig):
+    def __init__(self, config: SpeculativeConfig, proposer: Proposer, max_num_batched_tokens: int):
         self.config = config
-        self.proposer = make_proposer(config)
+        self.proposer = proposer
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.policy = DraftPolicy(proposer.drafts_cost_passes) if config.adaptive else None
         self.num_draft_tokens = 0
         """Drafts verified (fed to a forward pass), cumulative."""
         self.num_accepted_tokens = 0
@@ -39,12 +46,33 @@ class Drafting:
     def propose(self, running: list[Request]) -> None:
         """Set ``draft_token_ids`` of every running request that is about to decode."""
         ready = [r for r in running if r.num_computed_tokens == r.num_tokens - 1]
-        if not ready:
+        limit = self.config.disable_by_batch_size
+        if not ready or (limit is not None and len(running) > limit):
             return
         k = self.config.num_speculative_tokens
-        for req, drafts in zip(ready, self.proposer.propose(ready, k)):
-            room = req.params.max_tokens - req.num_output_tokens - 1
-            req.draft_token_ids = list(drafts[:max(min(room, k), 0)])
+        caps = [max(min(k, r.params.max_tokens - r.num_output_tokens - 1, r.max_model_len - r.num_tokens - 1), 0)
+                for r in ready]
+        # The step's rows without drafts: one per decoding request, plus the prefill chunks it may take.
+        rows = min(self.max_num_batched_tokens, len(ready) + sum(
+            r.num_tokens - r.num_computed_tokens for r in running if r.num_computed_tokens < r.num_tokens - 1))
+        cost_passes = self.proposer.drafts_cost_passes
+        if self.policy is not None and cost_passes:
+            caps = self.policy.choose(ready, caps, rows)
+            if not any(caps):
+                return
+        start = time.perf_counter()
+        proposals = self.proposer.propose(ready, caps)
+        if self.policy is not None and cost_passes:
+            self.policy.record_pass(sum(c > 0 for c in caps), (time.perf_counter() - start) / max(caps))
+        if self.policy is not None and not cost_passes:
+            caps = self.policy.choose(ready, [len(p) for p in proposals], rows)
+        for req, drafts, cap in zip(ready, proposals, caps):
+            req.draft_token_ids = list(drafts[:cap])
+
+    def record_step(self, rows: int, seconds: float) -> None:
+        """A step's forward rows (drafts included) and its seconds, for the policy."""
+        if self.policy is not None:
+            self.policy.record_step(rows, seconds)
 
     @staticmethod
     def log_finished(req: Request) -> None:
@@ -61,6 +89,9 @@ class Drafting:
         accepted = max(num_tokens - 1, 0)
         req.num_drafts_verified += num_drafts
         req.num_drafts_accepted += accepted
+        req.num_draft_rejections += accepted < num_drafts
+        if self.policy is not None:
+            self.policy.record_verification(num_drafts, accepted)
         self.num_draft_tokens += num_drafts
         self.num_accepted_tokens += accepted
         self.num_verifications += 1

@@ -33,8 +33,11 @@ def lookup(tokens: np.ndarray, k: int, min_n: int, max_n: int) -> list[int]:
 
 
 class NgramProposer:
+    drafts_cost_passes = False
+
     def __init__(self, min_n: int, max_n: int):
         self.min_n, self.max_n = min_n, max_n
 
-    def propose(self, requests: list[Request], k: int) -> list[list[int]]:
-        return [lookup(np.asarray(r.token_ids, dtype=np.int64), k, self.min_n, self.max_n) for r in requests]
+    def propose(self, requests: list[Request], limits: list[int]) -> list[list[int]]:
+        return [lookup(np.asarray(r.token_ids, dtype=np.int64), k, self.min_n, self.max_n) if k > 0 else []
+                for r, k in zip(requests, limits)]

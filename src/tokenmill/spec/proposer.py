@@ -1,7 +1,7 @@
 """The interface every draft proposer implements, and the factory the engine calls.
 
 A proposer sees the requests that are about to decode (their prompt computed,
-one token pending) and returns up to k draft tokens for each. The engine puts
+one token pending) and returns up to ``limits[i]`` draft tokens for request i. The engine puts
 them in ``request.draft_token_ids``; the next step feeds each request's last
 token and its drafts as query rows of the same batched forward and keeps the
 drafts the model confirms (engine/verify.py), so outputs are the same as
@@ -15,18 +15,46 @@ from typing import TYPE_CHECKING, Protocol
 from tokenmill.spec.config import SpeculativeConfig
 
 if TYPE_CHECKING:
+    from torch import nn
+
+    from tokenmill.engine.kv_cache_manager import KVCacheManager
     from tokenmill.engine.request import Request
+    from tokenmill.engine.runner import ModelRunner
 
 
 class Proposer(Protocol):
-    def propose(self, requests: list[Request], k: int) -> list[list[int]]:
-        """Up to k drafts for each request, in order ([] for none)."""
+    drafts_cost_passes: bool
+    """True: each draft position costs a forward pass of a draft model, so the
+    number of drafts is chosen before proposing (spec/adaptive.py); False:
+    drafting is (nearly) free and its proposals are trimmed afterwards."""
+
+    def propose(self, requests: list[Request], limits: list[int]) -> list[list[int]]:
+        """Up to limits[i] drafts for requests[i], in order ([] for none)."""
         ...
 
 
-def make_proposer(config: SpeculativeConfig) -> Proposer:
+def make_draft_model(config: SpeculativeConfig, target: nn.Module) -> nn.Module | None:
+    """The draft model a method builds from the loaded target, before the
+    engine swaps the target's linears for its backend; None for model-free methods."""
+    if config.method == "self-int4":
+        from tokenmill.spec.model_drafter import int4_twin
+
+        return int4_twin(target)
+    return None
+
+
+def make_proposer(config: SpeculativeConfig, draft: nn.Module | None = None, runner: ModelRunner | None = None,
+                  kv: KVCacheManager | None = None) -> Proposer:
+    """The method's proposer; model drafters need the draft model (make_draft_model)
+    and the engine's runner and KV cache manager, whose cache they share."""
     if config.method == "ngram":
         from tokenmill.spec.ngram import NgramProposer
 
         return NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
+    if config.method == "self-int4":
+        from tokenmill.spec.model_drafter import ModelDrafter
+
+        if draft is None or runner is None or kv is None:
+            raise ValueError("speculative_config.method: self-int4 needs the draft model, runner and KV cache")
+        return ModelDrafter(draft, runner, kv)
     raise ValueError(f"speculative_config.method: {config.method!r} has no proposer")

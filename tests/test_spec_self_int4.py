@@ -1,0 +1,106 @@
+"""Speculative decoding with the ``self-int4`` proposer: the model's own weights
+in int4 draft into the target's KV cache, the full-precision model verifies.
+Outputs token-identical to decoding without drafts (greedy and seeded, batch 1
+and batched, chat and raw prompts, prefix hits, chunked prefill, preemption),
+drafts accepted, and no block left behind (finished or aborted mid-draft)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.core import EngineCore
+from tokenmill.engine.core_messages import EngineCoreRequest
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.engine.request import RequestStatus
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+from tokenmill.kernels.int4_linear import Int4Linear
+from tokenmill.model.loaders import load_model
+from tokenmill.sampling_params import SamplingParams
+from tokenmill.spec.model_drafter import int4_twin
+
+SELF_INT4 = {"method": "self-int4", "num_speculative_tokens": 3, "adaptive": False}
+"""Not adaptive: the counts asserted below must not depend on this machine's step times
+(tests/test_spec_adaptive.py runs the policy)."""
+DUMMY = dict(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu", max_model_len=96)
+
+
+def test_the_twin_shares_all_but_its_linears():
+    model = load_model("dummy:tiny", "dummy", torch.device("cpu"), torch.float32, seed=0).model
+    twin = int4_twin(model)
+    assert twin.embed_tokens.weight is model.embed_tokens.weight
+    assert twin.norm.weight is model.norm.weight
+    owners = twin.decoder_linears()
+    assert owners and all(isinstance(getattr(o, a), Int4Linear) for o, a in owners)
+    assert all(isinstance(getattr(o, a), torch.nn.Linear) for o, a in model.decoder_linears())
+
+
+def test_refused_with_quantization():
+    with pytest.raises(ValueError, match="speculative_config.method: self-int4.*quantization"):
+        EngineCore(EngineConfig(**DUMMY, quantization="int4", speculative_config=SELF_INT4))
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    """The embedded model without and with self-int4 drafts, float32 and
+    batch-invariant where the C++ kernels build (see test_spec_ngram.py)."""
+    common = dict(dtype="float32", deterministic=load_cpu_kernels() is not None)
+    return LLMEngine(EngineConfig(**common)), LLMEngine(EngineConfig(**common, speculative_config=SELF_INT4))
+
+
+def chat(engine, text):
+    tok = engine.tokenizer
+    return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
+
+
+def test_greedy_outputs_are_identical_and_most_drafts_are_accepted(embedded):
+    plain, spec = embedded
+    prompts = [chat(plain, "Why is the sky blue?"), chat(plain, "Write a haiku about rain."),
+               plain.tokenizer.encode("Once upon a time, in a small village by the sea,")]
+    params = SamplingParams(max_tokens=32, temperature=0.0)
+    before = spec.stats()
+    alone = [spec.generate([p], params)[0].token_ids for p in prompts]
+    batched = [r.token_ids for r in spec.generate(prompts, params)]
+    want = [r.token_ids for r in plain.generate(prompts, params)]
+    assert alone == want and batched == want
+    after = spec.stats()
+    drafts = after.spec_draft_tokens - before.spec_draft_tokens
+    accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+    # The int4 twin agrees with its own full-precision model far more often than not.
+    assert drafts > 40 and accepted > 0.5 * drafts
+    assert after.kv_blocks_used == 0
+
+
+def test_stress_seeded_and_greedy_mix_matches_without_drafts():
+    """Dummy model: tiny step budget (chunked prompts), 8 KV blocks (preemption,
+    and drafts that cannot get blocks), prefix caching on."""
+    stress = dict(max_num_batched_tokens=16, num_kv_blocks=8, enable_prefix_caching=True)
+    plain = LLMEngine(EngineConfig(**DUMMY, **stress))
+    spec = LLMEngine(EngineConfig(**DUMMY, **stress, speculative_config=SELF_INT4))
+    shared = [(7 * i) % 20 + 3 for i in range(32)]
+    prompts = [shared + [(11 * i + j) % 13 + 3 for j in range(30)] for i in range(4)]
+    params = [SamplingParams(max_tokens=16, ignore_eos=True,
+                             **({"temperature": 0.0} if i % 2 else {"temperature": 0.8, "seed": i}))
+              for i in range(4)]
+    want = [r.token_ids for r in plain.generate(prompts, params)]
+    got = [r.token_ids for r in spec.generate(prompts, params)]
+    assert got == want
+    stats = spec.stats()
+    assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0 and stats.spec_draft_tokens > 0
+    assert stats.kv_blocks_used == 0  # rejected drafts' slots went back with their requests
+
+
+def test_abort_with_drafts_pending_frees_every_block():
+    """Drafting grows a request's blocks before the step that verifies them; an
+    abort between the two gives all of them back."""
+    core = EngineCore(EngineConfig(**DUMMY, speculative_config=SELF_INT4))
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    for i in range(3):
+        core.add_request(EngineCoreRequest(f"r{i}", [3 + i, 5, 7, 9, 11, 13], params))
+    core.step()  # prompts computed, first tokens sampled
+    core.drafting.propose(core.scheduler.running)  # what the next step does before scheduling
+    pending = [r for r in core.scheduler.running if r.draft_token_ids]
+    assert len(pending) == 3 and core.pool.num_used_blocks > 0
+    assert core.finish_requests([r.request_id for r in pending], RequestStatus.FINISHED_ABORTED) == 3
+    assert core.pool.num_used_blocks == 0 and not core.scheduler.has_work()
