@@ -45,7 +45,12 @@ def with_mtp(tmp_path_factory):
     torch.manual_seed(5)
     mtp = MtpModel(hf, 1).eval()
     with torch.no_grad():
-        mtp.layers[0].mtp_block.mlp.gate.e_score_correction_bias.normal_(0, 0.05)
+        moe = mtp.layers[0].mtp_block.mlp
+        moe.gate.e_score_correction_bias.normal_(0, 0.05)
+        # MtpModel leaves its routed experts and router as torch.empty memory (zeros
+        # in a fresh process, garbage that overflows to NaN after other tests): set them.
+        for weight in (moe.gate.weight, moe.experts.gate_up_proj, moe.experts.down_proj):
+            weight.normal_(0, 0.02)
     root = save_checkpoint(hf, tmp_path_factory.mktemp("deepseek-mtp"))
     save_file(deepseek_names(mtp.state_dict(), cfg.num_hidden_layers), str(root / "mtp.safetensors"))
     return hf, mtp, root

@@ -9,7 +9,7 @@ from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.request import Request
 from tokenmill.sampling_params import SamplingParams
-from tokenmill.spec.adaptive import MIN_GAIN, DraftPolicy, StepTimes
+from tokenmill.spec.adaptive import KNEE_ROWS, MIN_GAIN, DraftPolicy, StepTimes
 
 
 def test_step_times_interpolate_stay_flat_below_and_grow_in_proportion_above():
@@ -21,6 +21,13 @@ def test_step_times_interpolate_stay_flat_below_and_grow_in_proportion_above():
     assert times.predict(0.5) == pytest.approx(0.010)  # below the smallest rows seen: flat
     assert times.predict(32.5) == pytest.approx(0.030)  # halfway between the two points
     assert times.predict(128) == pytest.approx(0.100)  # beyond: in proportion to rows
+
+
+def test_an_unmeasured_step_is_flat_up_to_the_knee():
+    times = StepTimes()
+    times.record(1, 0.010)
+    assert times.predict(KNEE_ROWS) == pytest.approx(0.010)
+    assert times.predict(2 * KNEE_ROWS) == pytest.approx(0.020)
 
 
 def test_step_times_average_within_a_bucket():
@@ -51,28 +58,32 @@ def compute_bound(policy):
         policy.record_step(rows, 0.001 * rows)
 
 
-def test_before_any_measurement_every_draft_goes():
-    assert DraftPolicy(drafts_cost_passes=False).choose(requests(2), [4, 2], 2) == [4, 2]
+def test_before_any_measurement_small_batches_try_and_large_ones_do_not():
+    policy = DraftPolicy(drafts_cost_passes=False)
+    assert policy.choose(requests(2), [4, 2]) == [4, 2] and policy.may_pay(2, 4)
+    assert policy.choose(requests(64), [4] * 64) == [0] * 64 and not policy.may_pay(64, 4)
 
 
 def test_free_drafts_go_where_steps_are_memory_bound():
     policy = DraftPolicy(drafts_cost_passes=False)
     memory_bound(policy)
-    assert policy.choose(requests(2, accepted=30, rejections=5), [4, 3], 2) == [4, 3]
+    assert policy.choose(requests(2, accepted=30, rejections=5), [4, 3]) == [4, 3]
 
 
 def test_no_drafts_where_every_row_costs_its_share():
     policy = DraftPolicy(drafts_cost_passes=False)
     compute_bound(policy)
-    assert policy.choose(requests(256, accepted=30, rejections=5), [4] * 256, 256) == [0] * 256
+    assert policy.choose(requests(256, accepted=30, rejections=5), [4] * 256) == [0] * 256
+    assert not policy.may_pay(256, 4)  # not even if every draft were accepted: a free proposer skips its work
+    assert policy.may_pay(1, 4) is False  # 1 row -> 5 rows costs 5x here too
 
 
 def test_low_acceptance_turns_drafts_off_even_when_rows_are_nearly_free():
     policy = DraftPolicy(drafts_cost_passes=False)
     for rows in (1, 8):
         policy.record_step(rows, 0.02 + 0.002 * rows)  # each extra row: +10% of a step
-    assert policy.choose(requests(1, accepted=0, rejections=40), [4], 1) == [0]
-    assert policy.choose(requests(1, accepted=80, rejections=2), [4], 1) == [4]
+    assert policy.choose(requests(1, accepted=0, rejections=40), [4]) == [0]
+    assert policy.choose(requests(1, accepted=80, rejections=2), [4]) == [4]
 
 
 def test_draft_passes_are_paid_for():
@@ -80,14 +91,14 @@ def test_draft_passes_are_paid_for():
     policy = DraftPolicy(drafts_cost_passes=True)
     memory_bound(policy)
     policy.record_pass(1, 0.01)
-    assert policy.choose(requests(1, accepted=300, rejections=5), [4], 1) == [4]
-    assert policy.choose(requests(1, accepted=90, rejections=10), [4], 1) == [3]
-    assert policy.choose(requests(1, accepted=3, rejections=7), [4], 1) == [0]
+    assert policy.choose(requests(1, accepted=300, rejections=5), [4]) == [4]
+    assert policy.choose(requests(1, accepted=90, rejections=10), [4]) == [3]
+    assert policy.choose(requests(1, accepted=3, rejections=7), [4]) == [0]
     # A cheap pass pays at lower acceptance: its first drafts only.
     policy.record_pass(1, 0.002)
     policy.record_pass(1, 0.002)
     policy.record_pass(1, 0.002)
-    chosen = policy.choose(requests(1, accepted=5, rejections=5), [4], 1)[0]
+    chosen = policy.choose(requests(1, accepted=5, rejections=5), [4])[0]
     assert 1 <= chosen < 4
 
 
@@ -97,10 +108,10 @@ def test_the_gain_must_clear_the_margin():
     policy.record_step(1, 0.02)
     policy.record_step(2, 0.04 / 1.02)  # a sure draft: 2 tokens in 1.96 steps' time, 1.02x the rate
     r = requests(1, accepted=10_000, rejections=1)  # acceptance ~ 1
-    assert MIN_GAIN > 1.02 and policy.choose(r, [1], 1) == [0]
+    assert MIN_GAIN > 1.02 and policy.choose(r, [1]) == [0]
     policy.record_step(2, 0.02)  # the bucket's mean falls: now it pays
     policy.record_step(2, 0.02)
-    assert policy.choose(r, [1], 1) == [1]
+    assert policy.choose(r, [1]) == [1]
 
 
 @pytest.mark.parametrize("method", ["ngram", "self-int4"])

@@ -67,6 +67,7 @@ from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import parse_speculative_config
 from tokenmill.spec.drafting import Drafting
+from tokenmill.spec.mtp import check_has_mtp
 from tokenmill.spec.proposer import make_draft_model, make_proposer
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ class EngineCore:
         if spec is not None and spec.method == "self-int4" and config.quantization is not None:
             raise ValueError(f"speculative_config.method: self-int4 drafts with int4 weights of the full-precision "
                              f"model; it cannot run with quantization {config.quantization!r}")
+        if spec is not None and spec.method == "mtp":
+            check_has_mtp(self.model)
         draft_model = make_draft_model(spec, self.model) if spec is not None else None  # before the swap below
         self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
@@ -101,6 +104,8 @@ class EngineCore:
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = self._swap_linears(config, linear_backend, invariant_kernels)
         """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
+        self.extra_kv_layers = 1 if spec is not None and spec.method == "mtp" else 0
+        """Cache layers beside the model's (the MTP block's, spec/mtp.py): counted in the KV memory."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
         self.eos_token_ids = tuple(self.arch.eos_token_ids)
         """EOS ids for requests that bring none (no tokenizer on the caller's side)."""
@@ -131,8 +136,8 @@ class EngineCore:
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.kv_blocks_imported = 0
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
-        self.drafting = Drafting(spec, make_proposer(spec, draft_model, self.runner, self.kv),
-                                 c.max_num_batched_tokens) if spec else None
+        self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv)) \
+            if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
 
     def _swap_linears(self, config: EngineConfig, backend: str, invariant_kernels) -> str:
@@ -156,7 +161,9 @@ class EngineCore:
         """Fill in KV block count and max_model_len; every request that passes
         admission checks then fits in the cache on its own."""
         # What one token costs in the cache, per the model (K and V heads; MLA: one latent).
-        bytes_per_token = self.model.kv_cache_spec().bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        spec = self.model.kv_cache_spec()
+        bytes_per_token = spec.bytes_per_token(torch.finfo(self.dtype).bits // 8)
+        bytes_per_token += bytes_per_token * self.extra_kv_layers // spec.num_layers
         blocks = config.num_kv_blocks or max(
             1, kv_cache_bytes(config.kv_cache_memory_gib, self.device) // (bytes_per_token * config.block_size))
         capacity = blocks * config.block_size
@@ -306,7 +313,7 @@ class EngineCore:
         forward, failed = self._execute(out)
         sampled, logprobs = self._sample(forward, failed)
         if self.drafting is not None:
-            self.drafting.record_step(out.num_tokens, time.perf_counter() - start)
+            self.drafting.record_step(out, time.perf_counter() - start)
         # Failed requests end before update(), which then skips them.
         outputs = [self._fail(rid, stage, message) for rid, (stage, message) in failed.items()]
         # Prompt tokens computed this step (prefix hits excluded, recomputes included).
@@ -315,6 +322,7 @@ class EngineCore:
         advanced = self.scheduler.update(out, sampled)
         self.num_generation_tokens += sum(n for _, n in advanced)
         if self.drafting is not None:
+            self.drafting.after_step(out, forward, self.scheduler.requests)
             for req, _ in advanced:
                 if req.status.finished:
                     self.drafting.log_finished(req)

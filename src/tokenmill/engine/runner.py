@@ -10,7 +10,7 @@ tensor splits into parts (K and V, or one latent) is the model's business.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -32,6 +32,7 @@ class ModelInputs:
     meta: AttentionMetadata
     sample_rows: torch.Tensor  # [S] long: the rows sampled (each sampling request's last token and drafts)
     sampling: list[ScheduledRequest]  # the requests that sample, in row order (num_sample_rows rows each)
+    first_rows: dict[str, int]  # request id -> its first row (its rows are consecutive)
 
 
 @dataclass
@@ -43,11 +44,23 @@ class ForwardResult:
     """[S, hidden]: the final hidden rows the logits came from."""
     sampling: list[ScheduledRequest]
     """The requests that sample this step, in row order."""
+    step_hidden: torch.Tensor | None = None
+    """[T, hidden]: every row's final hidden state, when the runner keeps them
+    (``keep_step_hidden``: the MTP drafter reads them); else None."""
+    step_rows: dict[str, int] = field(default_factory=dict)
+    """Request id -> its first row in ``step_hidden`` (its rows are consecutive:
+    positions start .. start + num_new_tokens - 1)."""
 
     @staticmethod
     def concat(parts: list[ForwardResult]) -> ForwardResult:
+        step_hidden, step_rows, offset = None, {}, 0
+        if all(p.step_hidden is not None for p in parts):
+            step_hidden = torch.cat([p.step_hidden for p in parts])
+            for p in parts:
+                step_rows.update({rid: row + offset for rid, row in p.step_rows.items()})
+                offset += p.step_hidden.shape[0]
         return ForwardResult(torch.cat([p.logits for p in parts]), torch.cat([p.hidden for p in parts]),
-                             [s for p in parts for s in p.sampling])
+                             [s for p in parts for s in p.sampling], step_hidden, step_rows)
 
 
 class ModelRunner:
@@ -64,16 +77,19 @@ class ModelRunner:
         self.kv_cache_spec = model.kv_cache_spec()
         self.kv_caches = allocate_kv_caches(self.kv_cache_spec, num_blocks, block_size, device, dtype)
         """One tensor per layer: [num_blocks, num_parts, num_heads, block_size, head_dim]."""
+        self.keep_step_hidden = False
+        """Return every row's hidden state with each step (ForwardResult.step_hidden)."""
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> ForwardResult:
         """Run one step's forward pass and the logits of the requests that sample."""
         inputs = self.prepare(out, kv)
-        hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
-        hidden = hidden[inputs.sample_rows]
+        step_hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+        hidden = step_hidden[inputs.sample_rows]
+        kept = (step_hidden, inputs.first_rows) if self.keep_step_hidden else (None, {})
         if not inputs.sampling:  # every row is a prefill chunk short of its prompt's end
-            return ForwardResult(hidden.new_empty((0, self.model.arch.vocab_size)), hidden, [])
-        return ForwardResult(self.model.compute_logits(hidden), hidden, inputs.sampling)
+            return ForwardResult(hidden.new_empty((0, self.model.arch.vocab_size)), hidden, [], *kept)
+        return ForwardResult(self.model.compute_logits(hidden), hidden, inputs.sampling, *kept)
 
     def prepare(self, out: SchedulerOutput, kv: KVCacheManager) -> ModelInputs:
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
@@ -88,8 +104,9 @@ class ModelRunner:
         for s in prefills:
             tokens.extend(_step_tokens(s))
             positions.extend(range(s.start, s.start + s.num_new_tokens))
-        row = 0
+        row, first_rows = 0, {}
         for s in decodes + prefills:
+            first_rows[s.request.request_id] = row
             row += s.num_new_tokens
             if s.samples:  # its last token's row, then one per draft
                 sample_rows.extend(range(row - s.num_sample_rows, row))
@@ -105,6 +122,7 @@ class ModelRunner:
             meta=meta,
             sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=dev),
             sampling=sampling,
+            first_rows=first_rows,
         )
 
     def _padded_tables(self, tables: list[list[int]]) -> torch.Tensor:
@@ -119,10 +137,23 @@ class ModelRunner:
         (a draft model sharing the target's cache layout): token i at
         positions[i] of the sequence whose blocks are tables[i]. Writes their K/V
         at those positions; returns the final hidden rows [B, hidden]."""
-        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
-        meta = self._attention_metadata(positions, [], tables, pos)
+        pos, meta = self.attention_inputs([(p, 1) for p in positions], tables)
         ids = torch.tensor(token_ids, dtype=torch.long, device=self.device)
         return model(ids, pos, meta, self.kv_caches)
+
+    def attention_inputs(self, runs: list[tuple[int, int]], tables: list[list[int]]
+                         ) -> tuple[torch.Tensor, AttentionMetadata]:
+        """Positions [T] and attention metadata for rows outside a scheduled step
+        (drafters): sequence i computes positions start .. start + n - 1 of the
+        sequence whose blocks are tables[i], its rows consecutive, in the order
+        of ``runs``, whose one-row runs must come first."""
+        num_single = next((i for i, (_, n) in enumerate(runs) if n != 1), len(runs))
+        if any(n == 1 for _, n in runs[num_single:]):
+            raise ValueError("runs: one-row runs must come before the longer ones")
+        positions = [p for start, n in runs for p in range(start, start + n)]
+        pos = torch.tensor(positions, dtype=torch.long, device=self.device)
+        return pos, self._attention_metadata([start for start, _ in runs[:num_single]], runs[num_single:], tables,
+                                             pos)
 
     def _attention_metadata(self, decode_starts: list[int], prefills: list[tuple[int, int]],
                             tables: list[list[int]], pos: torch.Tensor) -> AttentionMetadata:

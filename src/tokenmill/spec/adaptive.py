@@ -3,25 +3,35 @@
 Drafts pay at small batches, where a step's time hardly grows with its rows
 (the weights are read once whatever the rows), and cost at large ones, where
 every row adds its share of compute and a draft row yields less than one token.
-So each step picks the drafts that maximise the expected tokens per second:
+So each step compares, for its R decoding requests, the decode rate without
+drafts with the rate of the best set of drafts:
 
-    rate = (decoding requests + sum of expected accepted drafts)
-           / (step time at its rows + draft passes x draft pass time)
+    plain = R / T(R)
+    spec  = (R + sum of expected accepted drafts)
+            / (T(R + drafts) + draft passes x P(R))
 
-- Step time by rows (``StepTimes``): every step's seconds are recorded against
-  its rows (all requests' new tokens, drafts included) and interpolated;
-  beyond the largest rows seen the time grows in proportion (pessimistic),
-  below the smallest it stays flat (memory-bound).
-- Draft pass time (model drafters, spec/model_drafter.py): measured the same
-  way against the rows of one pass; until measured, a pass is guessed at
-  ``DRAFT_PASS_PRIOR`` of a target step of the same rows.
+and verifies that set only when spec >= plain x ``MIN_GAIN``. Prefill chunks
+that share the step are left out of both sides: they are work either way, and
+drafts compete with them for the step's token budget rather than ride free.
+
+- T, decode step time by rows (``StepTimes``): recorded from steps in which
+  every row is sampled (decodes and their drafts; a prefill row skips the LM
+  head and the sampler, so it costs less), interpolated between the rows seen;
+  below the smallest it stays flat; beyond the largest it stays flat up to
+  ``KNEE_ROWS`` and then grows in proportion to the rows (the pessimistic
+  guess, so large batches do not draft on a hope; small ones may try, and the
+  try measures).
+- P, draft pass time (model drafters, spec/model_drafter.py): measured the
+  same way against the rows of one pass; until measured, guessed at
+  ``DRAFT_PASS_PRIOR`` of T at the same rows (a whole T past ``KNEE_ROWS``:
+  a quantized draft is no cheaper where compute, not weight bytes, bounds it).
 - Acceptance: a draft at position i (0 = first) is accepted with probability
   a**(i + 1), a request's ``a`` estimated from its own verifications (accepted
   drafts over accepted drafts + rejections) shrunk toward the engine-wide figure.
 
 Candidates are added best-first (highest acceptance probability); the step
-takes the set with the best rate, and none unless it beats the rate without
-drafts by ``MIN_GAIN``.
+takes the best set. Before any decode step is measured, only batches of up to
+``KNEE_ROWS`` requests draft.
 """
 
 from __future__ import annotations
@@ -33,8 +43,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tokenmill.engine.request import Request
 
+KNEE_ROWS = 16
+"""Rows up to which an unmeasured decode step is assumed to cost what a one-row
+step costs (memory-bound: the weights are read once for all rows)."""
 DRAFT_PASS_PRIOR = 0.5
-"""A draft pass's time, as a share of a target step with the same rows, before any is measured."""
+"""A draft pass's time, as a share of a decode step with the same rows (up to
+KNEE_ROWS; 1.0 beyond), before any pass is measured."""
 MIN_GAIN = 1.03
 """Drafts are verified only where they promise at least this much more tokens per second."""
 PRIOR_ACCEPTANCE = 0.6
@@ -55,7 +69,7 @@ class StepTimes:
     def record(self, rows: int, seconds: float) -> None:
         if rows < 1:
             return
-        key = max(rows - 1, 0).bit_length()
+        key = (rows - 1).bit_length()
         old = self.buckets.get(key)
         if old is None:
             self.buckets[key] = [float(rows), seconds]
@@ -74,7 +88,7 @@ class StepTimes:
             return points[0][1]
         if i == len(points):
             x, t = points[-1]
-            return t * rows / x
+            return t * max(1.0, rows / max(x, KNEE_ROWS))
         (x0, t0), (x1, t1) = points[i - 1], points[i]
         return t0 + (t1 - t0) * (rows - x0) / (x1 - x0)
 
@@ -83,12 +97,15 @@ class DraftPolicy:
     def __init__(self, drafts_cost_passes: bool):
         self.drafts_cost_passes = drafts_cost_passes
         self.step_times = StepTimes()
+        """Decode steps (every row sampled): seconds by rows."""
         self.pass_times = StepTimes()
+        """Draft passes: seconds by rows."""
         self.accepted = 0.0
         self.rejected = 0.0
         """Engine-wide accepted drafts and rejection events (a verification that kept not all its drafts)."""
 
     def record_step(self, rows: int, seconds: float) -> None:
+        """A decode step (every row sampled) of ``rows`` rows took ``seconds``."""
         self.step_times.record(rows, seconds)
 
     def record_pass(self, rows: int, seconds: float) -> None:
@@ -103,39 +120,48 @@ class DraftPolicy:
         own_accepted = req.num_drafts_accepted
         return (own_accepted + engine * PRIOR_WEIGHT) / (own_accepted + req.num_draft_rejections + PRIOR_WEIGHT)
 
-    def choose(self, requests: list[Request], caps: list[int], num_rows: int) -> list[int]:
-        """Drafts to verify for each of ``requests`` (at most caps[i]) in a step
-        whose other rows number ``num_rows`` (one per decoding request, plus
-        prefill chunks)."""
-        base = self._seconds(num_rows, 0, 0)
-        if base is None or not any(caps):
-            return caps if base is None else [0] * len(caps)  # nothing measured yet: all (this step measures)
+    def may_pay(self, num_requests: int, k: int) -> bool:
+        """Whether k drafts for each of ``num_requests`` decoding requests could
+        pay at all (every draft accepted): lets a free proposer skip its work."""
+        if self.step_times.predict(num_requests) is None:
+            return num_requests <= KNEE_ROWS
+        plain = num_requests / self.step_times.predict(num_requests)
+        seconds = self._seconds(num_requests * (k + 1), k, num_requests)
+        return num_requests * (k + 1) / seconds >= plain * MIN_GAIN
+
+    def choose(self, requests: list[Request], caps: list[int]) -> list[int]:
+        """Drafts to verify for each of ``requests`` (the step's decoding
+        requests), at most caps[i] each."""
+        num = len(requests)
+        base = self.step_times.predict(num)
+        if base is None:  # nothing measured yet: small batches try (the step measures), large ones do not
+            return list(caps) if num <= KNEE_ROWS else [0] * num
         alphas = [self.acceptance(r) for r in requests]
         # Each (request, position) with its probability of acceptance, best first.
         candidates = sorted(((alphas[r] ** (i + 1), r, i) for r, cap in enumerate(caps) for i in range(cap)),
                             reverse=True)
-        tokens, rows, passes = float(len(requests)), num_rows, 0
-        best_rate, best_n = len(requests) / base * MIN_GAIN, 0
+        tokens, rows, passes = float(num), num, 0
+        best_rate, best_n = num / base * MIN_GAIN, 0
         for n, (value, _, position) in enumerate(candidates, start=1):
             tokens += value
             rows += 1
             passes = max(passes, position + 1)
-            seconds = self._seconds(rows, passes, len(requests))
-            if seconds and tokens / seconds > best_rate:
-                best_rate, best_n = tokens / seconds, n
+            rate = tokens / self._seconds(rows, passes, num)
+            if rate > best_rate:
+                best_rate, best_n = rate, n
         chosen = [0] * len(caps)
         for _, r, position in candidates[:best_n]:
             chosen[r] = max(chosen[r], position + 1)
         return chosen
 
-    def _seconds(self, rows: int, passes: int, draft_rows: int) -> float | None:
+    def _seconds(self, rows: int, passes: int, draft_rows: int) -> float:
+        """Predicted seconds of a decode step of ``rows`` rows after ``passes``
+        draft passes of ``draft_rows`` rows (step_times must hold a point)."""
         step = self.step_times.predict(rows)
-        if step is None:
-            return None
         if not (passes and self.drafts_cost_passes):
             return step
         per_pass = self.pass_times.predict(draft_rows)
         if per_pass is None:
-            per_pass = DRAFT_PASS_PRIOR * (self.step_times.predict(draft_rows) or step)
+            prior = DRAFT_PASS_PRIOR if draft_rows <= KNEE_ROWS else 1.0
+            per_pass = prior * self.step_times.predict(draft_rows)
         return step + passes * per_pass
-

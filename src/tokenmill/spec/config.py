@@ -4,10 +4,13 @@
 
     --speculative-config '{"method": "self-int4", "num_speculative_tokens": 4}'
 
-Methods: ``ngram`` (prompt lookup over the request's own tokens, spec/ngram.py)
-and ``self-int4`` (the served model's own weights in int4 draft, the
-full-precision model verifies: spec/model_drafter.py). ``draft_model`` and
-``mtp`` are refused with a ValueError until they exist.
+    --speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'
+
+Methods: ``ngram`` (prompt lookup over the request's own tokens, spec/ngram.py),
+``self-int4`` (the served model's own weights in int4 draft, the
+full-precision model verifies: spec/model_drafter.py) and ``mtp`` (DeepSeek's
+next-token-prediction layer drafts: spec/mtp.py). ``draft_model`` is refused
+with a ValueError until it exists.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
-METHODS = ("ngram", "self-int4")
+METHODS = ("ngram", "self-int4", "mtp")
 MAX_SPECULATIVE_TOKENS = 16
 
 

@@ -7,9 +7,10 @@ tokens left to its ``max_tokens`` gets at most r - 1 drafts (the step adds the
 model's own token after them). With ``adaptive`` (the default) a DraftPolicy
 (spec/adaptive.py) trims them to what pays by measurement: before proposing
 for drafters whose every position costs a pass, after for free ones. None go
-out while more than ``disable_by_batch_size`` requests run. Counters (EngineStats, /metrics): drafts
-verified, drafts accepted, accepted per draft position, verifications; each
-request's own drafts verified and accepted, logged at debug level when it ends.
+out while more than ``disable_by_batch_size`` requests run. Counters
+(EngineStats, /metrics): drafts verified, drafts accepted, accepted per draft
+position, verifications; each request's own drafts verified and accepted,
+logged at debug level when it ends.
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from tokenmill.spec.proposer import Proposer
 
 if TYPE_CHECKING:
     from tokenmill.engine.request import Request
+    from tokenmill.engine.runner import ForwardResult
+    from tokenmill.engine.scheduler import SchedulerOutput
 
 log = logging.getLogger(__name__)
 
 
 class Drafting:
-    def __init__(self, config: SpeculativeConfig, proposer: Proposer, max_num_batched_tokens: int):
+    def __init__(self, config: SpeculativeConfig, proposer: Proposer):
         self.config = config
         self.proposer = proposer
-        self.max_num_batched_tokens = max_num_batched_tokens
         self.policy = DraftPolicy(proposer.drafts_cost_passes) if config.adaptive else None
         self.num_draft_tokens = 0
         """Drafts verified (fed to a forward pass), cumulative."""
@@ -50,14 +52,13 @@ class Drafting:
         if not ready or (limit is not None and len(running) > limit):
             return
         k = self.config.num_speculative_tokens
+        if self.policy is not None and not self.policy.may_pay(len(ready), k):
+            return
         caps = [max(min(k, r.params.max_tokens - r.num_output_tokens - 1, r.max_model_len - r.num_tokens - 1), 0)
                 for r in ready]
-        # The step's rows without drafts: one per decoding request, plus the prefill chunks it may take.
-        rows = min(self.max_num_batched_tokens, len(ready) + sum(
-            r.num_tokens - r.num_computed_tokens for r in running if r.num_computed_tokens < r.num_tokens - 1))
         cost_passes = self.proposer.drafts_cost_passes
         if self.policy is not None and cost_passes:
-            caps = self.policy.choose(ready, caps, rows)
+            caps = self.policy.choose(ready, caps)
             if not any(caps):
                 return
         start = time.perf_counter()
@@ -65,14 +66,21 @@ class Drafting:
         if self.policy is not None and cost_passes:
             self.policy.record_pass(sum(c > 0 for c in caps), (time.perf_counter() - start) / max(caps))
         if self.policy is not None and not cost_passes:
-            caps = self.policy.choose(ready, [len(p) for p in proposals], rows)
+            caps = self.policy.choose(ready, [len(p) for p in proposals])
         for req, drafts, cap in zip(ready, proposals, caps):
             req.draft_token_ids = list(drafts[:cap])
 
-    def record_step(self, rows: int, seconds: float) -> None:
-        """A step's forward rows (drafts included) and its seconds, for the policy."""
-        if self.policy is not None:
-            self.policy.record_step(rows, seconds)
+    def after_step(self, out: SchedulerOutput, forward: ForwardResult | None, live: dict[str, Request]) -> None:
+        """Hand the finished step to proposers that draft from it (spec/mtp.py)."""
+        hook = getattr(self.proposer, "after_step", None)
+        if hook is not None:
+            hook(out, forward, live)
+
+    def record_step(self, out: SchedulerOutput, seconds: float) -> None:
+        """A step and its seconds, for the policy: decode steps only (every row
+        sampled: decodes and their drafts), whose time per row drafts add to."""
+        if self.policy is not None and all(s.num_sample_rows == s.num_new_tokens for s in out.scheduled):
+            self.policy.record_step(out.num_tokens, seconds)
 
     @staticmethod
     def log_finished(req: Request) -> None:

@@ -32,6 +32,10 @@ class Proposer(Protocol):
         """Up to limits[i] drafts for requests[i], in order ([] for none)."""
         ...
 
+    # Optional: ``after_step(out, forward, live)``, called after each step's
+    # update with the SchedulerOutput, its ForwardResult (or None) and the
+    # scheduler's live requests by id (spec/mtp.py drafts there).
+
 
 def make_draft_model(config: SpeculativeConfig, target: nn.Module) -> nn.Module | None:
     """The draft model a method builds from the loaded target, before the
@@ -43,10 +47,11 @@ def make_draft_model(config: SpeculativeConfig, target: nn.Module) -> nn.Module 
     return None
 
 
-def make_proposer(config: SpeculativeConfig, draft: nn.Module | None = None, runner: ModelRunner | None = None,
-                  kv: KVCacheManager | None = None) -> Proposer:
-    """The method's proposer; model drafters need the draft model (make_draft_model)
-    and the engine's runner and KV cache manager, whose cache they share."""
+def make_proposer(config: SpeculativeConfig, target: nn.Module | None = None, draft: nn.Module | None = None,
+                  runner: ModelRunner | None = None, kv: KVCacheManager | None = None) -> Proposer:
+    """The method's proposer; model drafters need the target model, the draft
+    model (make_draft_model) and the engine's runner and KV cache manager, whose
+    cache they share."""
     if config.method == "ngram":
         from tokenmill.spec.ngram import NgramProposer
 
@@ -57,4 +62,10 @@ def make_proposer(config: SpeculativeConfig, draft: nn.Module | None = None, run
         if draft is None or runner is None or kv is None:
             raise ValueError("speculative_config.method: self-int4 needs the draft model, runner and KV cache")
         return ModelDrafter(draft, runner, kv)
+    if config.method == "mtp":
+        from tokenmill.spec.mtp import MTPDrafter
+
+        if target is None or runner is None or kv is None:
+            raise ValueError("speculative_config.method: mtp needs the target model, runner and KV cache")
+        return MTPDrafter(target, runner, kv, config.num_speculative_tokens)
     raise ValueError(f"speculative_config.method: {config.method!r} has no proposer")
