@@ -20,7 +20,7 @@ CPU = torch.device("cpu")
 BF16_NEAR_TIE = 0.125  # two bf16 steps of a logit between 8 and 16
 KERNELS = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(KERNELS is None or not onednn_available(),
-                                reason="needs the C++ kernels and a torch built with oneDNN")
+                                reason="needs the C++ kernels and oneDNN bf16 packing (AVX-512 or AVX-NE-CONVERT)")
 
 
 @pytest.mark.parametrize("rows", [1, 7, PANEL_MAX_ROWS, PANEL_MAX_ROWS + 1, 300])

@@ -1,0 +1,70 @@
+"""Unseeded sampling with speculation draws from the model's own distribution.
+
+Seeded requests give the same tokens with and without drafts (their random
+numbers belong to output positions: test_spec_ngram.py, test_spec_self_int4.py);
+unseeded ones draw from a shared generator, which speculation consumes in a
+different order, so only their distribution can be compared. On the tiny
+dummy model, many requests sample three tokens (the last two verified as
+drafts where a draft was proposed) with and without speculation, and a
+two-sample chi-square test compares the distributions of the third token."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.sampling_params import SamplingParams
+
+COMMON = dict(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu", max_model_len=64,
+              max_num_seqs=256, num_kv_blocks=512)
+PROMPT = [9, 10, 11, 12, 9, 10, 11, 12, 9, 10, 11]  # repeats: prompt lookup drafts too
+N = 1500
+
+
+def chi_square_p_value(a: Counter, b: Counter) -> float:
+    """Two-sample chi-square homogeneity test; categories expected fewer than 5
+    times in either sample are pooled."""
+    total_a, total_b = sum(a.values()), sum(b.values())
+    cells, pooled = [], [0, 0]
+    for key in set(a) | set(b):
+        both = a[key] + b[key]
+        if min(both * total_a, both * total_b) / (total_a + total_b) < 5:
+            pooled[0] += a[key]
+            pooled[1] += b[key]
+        else:
+            cells.append((a[key], b[key]))
+    if sum(pooled):
+        cells.append(tuple(pooled))
+    stat = 0.0
+    for x, y in cells:
+        both = x + y
+        ex, ey = both * total_a / (total_a + total_b), both * total_b / (total_a + total_b)
+        stat += (x - ex) ** 2 / ex + (y - ey) ** 2 / ey
+    chi2 = torch.distributions.Chi2(torch.tensor(float(len(cells) - 1)))
+    return float(1 - chi2.cdf(torch.tensor(stat)))
+
+
+def third_tokens(engine: LLMEngine) -> Counter:
+    params = SamplingParams(max_tokens=3, temperature=1.0, top_k=6, ignore_eos=True)
+    return Counter(r.token_ids[2] for r in engine.generate([PROMPT] * N, params))
+
+
+@pytest.mark.parametrize("method", ["ngram", "self-int4"])
+def test_unseeded_sampling_distribution_is_unchanged(method):
+    # The same seed: it also draws the dummy weights. The two engines still consume
+    # their generators differently (verification samples rows that plain decoding never does).
+    plain = LLMEngine(EngineConfig(**COMMON, seed=1))
+    spec = LLMEngine(EngineConfig(**COMMON, seed=1, speculative_config={
+        "method": method, "num_speculative_tokens": 2, "adaptive": False}))
+    want, got = third_tokens(plain), third_tokens(spec)
+    stats = spec.stats()
+    assert stats.spec_accepted_tokens > 50  # drafts did decide some of these tokens
+    assert chi_square_p_value(want, got) > 1e-3
+    # The test can fail: a different distribution is caught (the plain one against top-5 sampling).
+    narrower = Counter(r.token_ids[2] for r in plain.generate(
+        [PROMPT] * N, SamplingParams(max_tokens=3, temperature=1.0, top_k=5, ignore_eos=True)))
+    assert chi_square_p_value(want, narrower) < 1e-3
