@@ -1,7 +1,8 @@
 """Speculative decoding with the ngram (prompt-lookup) proposer: the lookup,
 ``--speculative-config`` parsing, and outputs token-identical to decoding
-without drafts (greedy and seeded; batch 1 and batched; chat and raw prompts;
-with prefix hits, chunked prefill and preemption), with drafts accepted."""
+without drafts (batch 1 and batched; chat and raw prompts), with drafts
+accepted. Prefix hits, chunked prefill, preemption and seeded sampling:
+tests/test_spec_stress.py."""
 
 from __future__ import annotations
 
@@ -101,26 +102,6 @@ def test_max_tokens_and_stop_strings_hold_with_several_tokens_per_step(embedded)
                                                                                 stop=["lazy"])):
         got, want = spec.generate([prompt], params)[0], plain.generate([prompt], params)[0]
         assert (got.token_ids, got.text, got.finish_reason) == (want.token_ids, want.text, want.finish_reason)
-
-
-def test_stress_seeded_and_greedy_mix_matches_without_drafts():
-    """Dummy model: tiny step budget (chunked prompts), 8 KV blocks (preemption),
-    prefix caching on; repetitive prompts so drafts are proposed and some accepted."""
-    common = dict(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu", max_model_len=96)
-    stress = dict(max_num_batched_tokens=16, num_kv_blocks=8, enable_prefix_caching=True)
-    plain = LLMEngine(EngineConfig(**common, **stress))
-    spec = LLMEngine(EngineConfig(**common, **stress, speculative_config=NGRAM))
-    shared = [(7 * i) % 20 + 3 for i in range(32)]
-    prompts = [shared + [(11 * i + j) % 13 + 3 for j in range(30)] for i in range(4)]
-    params = [SamplingParams(max_tokens=16, ignore_eos=True,
-                             **({"temperature": 0.0} if i % 2 else {"temperature": 0.8, "seed": i}))
-              for i in range(4)]
-    want = [r.token_ids for r in plain.generate(prompts, params)]
-    got = [r.token_ids for r in spec.generate(prompts, params)]
-    assert got == want
-    stats = spec.stats()
-    assert stats.num_preemptions > 0 and stats.prefix_cache_hits > 0 and stats.spec_draft_tokens > 0
-    assert stats.kv_blocks_used == 0  # rejected drafts' slots went back with their requests
 
 
 def test_metrics_expose_drafts_and_acceptance_by_position():

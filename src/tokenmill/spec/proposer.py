@@ -1,11 +1,11 @@
 """The interface every draft proposer implements, and the factory the engine calls.
 
 A proposer sees the requests that are about to decode (their prompt computed,
-one token pending) and returns up to ``limits[i]`` draft tokens for request i. The engine puts
-them in ``request.draft_token_ids``; the next step feeds each request's last
-token and its drafts as query rows of the same batched forward and keeps the
-drafts the model confirms (engine/verify.py), so outputs are the same as
-without drafts: only the number of steps changes.
+one token pending) and returns up to ``limits[i]`` draft tokens for request
+i. The engine puts them in ``request.draft_token_ids``; the next step feeds
+each request's last token and its drafts as query rows of the same batched
+forward and keeps the drafts the model confirms (engine/verify.py), so
+outputs are the same as without drafts: only the number of steps changes.
 """
 
 from __future__ import annotations
