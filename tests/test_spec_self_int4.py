@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_spec_ngram import chat
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
@@ -48,11 +49,6 @@ def embedded():
     batch-invariant where the C++ kernels build (see test_spec_ngram.py)."""
     common = dict(dtype="float32", deterministic=load_cpu_kernels() is not None)
     return LLMEngine(EngineConfig(**common)), LLMEngine(EngineConfig(**common, speculative_config=SELF_INT4))
-
-
-def chat(engine, text):
-    tok = engine.tokenizer
-    return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
 
 
 def test_greedy_outputs_are_identical_and_most_drafts_are_accepted(embedded):
