@@ -78,16 +78,22 @@ def chat(engine, text):
     return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
 
 
+def assert_same_alone_and_batched(plain, spec, prompts, params) -> list[list[int]]:
+    """``spec`` gives ``plain``'s tokens for each prompt alone and for all of them
+    in one batch; returns those tokens."""
+    want = [r.token_ids for r in plain.generate(prompts, params)]
+    assert [spec.generate([p], params)[0].token_ids for p in prompts] == want
+    assert [r.token_ids for r in spec.generate(prompts, params)] == want
+    return want
+
+
 def test_greedy_outputs_are_identical_and_drafts_are_accepted(embedded):
     plain, spec = embedded
     prompts = [chat(plain, "Repeat this text exactly:\n" + TEXT), chat(plain, "What is the capital of France?"),
                plain.tokenizer.encode(TEXT + " " + TEXT[:40])]
     params = SamplingParams(max_tokens=40, temperature=0.0)
     before = spec.stats()
-    alone = [spec.generate([p], params)[0].token_ids for p in prompts]
-    batched = [r.token_ids for r in spec.generate(prompts, params)]
-    want = [r.token_ids for r in plain.generate(prompts, params)]
-    assert alone == want and batched == want
+    want = assert_same_alone_and_batched(plain, spec, prompts, params)
     after = spec.stats()
     accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
     assert accepted > 20 and after.spec_draft_tokens > after.spec_accepted_tokens

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_spec_ngram import chat
+from test_spec_ngram import assert_same_alone_and_batched, chat
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
@@ -57,10 +57,7 @@ def test_greedy_outputs_are_identical_and_most_drafts_are_accepted(embedded):
                plain.tokenizer.encode("Once upon a time, in a small village by the sea,")]
     params = SamplingParams(max_tokens=32, temperature=0.0)
     before = spec.stats()
-    alone = [spec.generate([p], params)[0].token_ids for p in prompts]
-    batched = [r.token_ids for r in spec.generate(prompts, params)]
-    want = [r.token_ids for r in plain.generate(prompts, params)]
-    assert alone == want and batched == want
+    assert_same_alone_and_batched(plain, spec, prompts, params)
     after = spec.stats()
     drafts = after.spec_draft_tokens - before.spec_draft_tokens
     accepted = after.spec_accepted_tokens - before.spec_accepted_tokens

@@ -67,7 +67,6 @@ from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import parse_speculative_config
 from tokenmill.spec.drafting import Drafting
-from tokenmill.spec.mtp import check_has_mtp
 from tokenmill.spec.proposer import make_draft_model, make_proposer
 
 log = logging.getLogger(__name__)
@@ -92,21 +91,16 @@ class EngineCore:
         self.arch = loaded.arch
         self.model = loaded.model
         spec = parse_speculative_config(config.speculative_config)
-        if spec is not None and spec.method == "self-int4" and config.quantization is not None:
-            raise ValueError(f"speculative_config.method: self-int4 drafts with int4 weights of the full-precision "
-                             f"model; it cannot run with quantization {config.quantization!r}")
-        if spec is not None and spec.method == "mtp":
-            check_has_mtp(self.model)
-        draft_model = make_draft_model(spec, self.model) if spec is not None else None  # before the swap below
+        # Before the swap below: a draft model copies the target's plain linears.
+        draft_model = make_draft_model(spec, self.model, config.quantization) if spec is not None else None
         self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = self._swap_linears(config, linear_backend, invariant_kernels)
         """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
-        self.extra_kv_layers = 1 if spec is not None and spec.method == "mtp" else 0
-        """Cache layers beside the model's (the MTP block's, spec/mtp.py): counted in the KV memory."""
-        self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME)
+        self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
+                                           spec.extra_kv_layers if spec is not None else 0)
         self.eos_token_ids = tuple(self.arch.eos_token_ids)
         """EOS ids for requests that bring none (no tokenizer on the caller's side)."""
         c = self.config
@@ -157,13 +151,14 @@ class EngineCore:
             prepack_linears(self.model)
         return backend
 
-    def _resolve_limits(self, config: EngineConfig, name: str) -> EngineConfig:
+    def _resolve_limits(self, config: EngineConfig, name: str, extra_kv_layers: int) -> EngineConfig:
         """Fill in KV block count and max_model_len; every request that passes
-        admission checks then fits in the cache on its own."""
+        admission checks then fits in the cache on its own. ``extra_kv_layers``:
+        cache layers beside the model's (speculative decoding's), counted too."""
         # What one token costs in the cache, per the model (K and V heads; MLA: one latent).
         spec = self.model.kv_cache_spec()
         bytes_per_token = spec.bytes_per_token(torch.finfo(self.dtype).bits // 8)
-        bytes_per_token += bytes_per_token * self.extra_kv_layers // spec.num_layers
+        bytes_per_token += bytes_per_token * extra_kv_layers // spec.num_layers
         blocks = config.num_kv_blocks or max(
             1, kv_cache_bytes(config.kv_cache_memory_gib, self.device) // (bytes_per_token * config.block_size))
         capacity = blocks * config.block_size

@@ -123,9 +123,10 @@ class DraftPolicy:
     def may_pay(self, num_requests: int, k: int) -> bool:
         """Whether k drafts for each of ``num_requests`` decoding requests could
         pay at all (every draft accepted): lets a free proposer skip its work."""
-        if self.step_times.predict(num_requests) is None:
+        base = self.step_times.predict(num_requests)
+        if base is None:
             return num_requests <= KNEE_ROWS
-        plain = num_requests / self.step_times.predict(num_requests)
+        plain = num_requests / base
         seconds = self._seconds(num_requests * (k + 1), k, num_requests)
         return num_requests * (k + 1) / seconds >= plain * MIN_GAIN
 

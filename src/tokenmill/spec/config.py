@@ -38,6 +38,12 @@ class SpeculativeConfig:
     disable_by_batch_size: int | None = None
     """No drafts in a step while more requests than this are running (vLLM's field)."""
 
+    @property
+    def extra_kv_layers(self) -> int:
+        """Cache layers the method keeps beside the model's (mtp: its block's), which
+        the engine counts in its KV memory."""
+        return 1 if self.method == "mtp" else 0
+
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(f"speculative_config.method: {self.method!r} is not available; choose from {METHODS}")

@@ -37,13 +37,22 @@ class Proposer(Protocol):
     # scheduler's live requests by id (spec/mtp.py drafts there).
 
 
-def make_draft_model(config: SpeculativeConfig, target: nn.Module) -> nn.Module | None:
-    """The draft model a method builds from the loaded target, before the
-    engine swaps the target's linears for its backend; None for model-free methods."""
+def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization: str | None) -> nn.Module | None:
+    """Check that the method can draft for this target and build the draft model
+    it needs from the loaded target, before the engine swaps the target's
+    linears for its backend; None for methods without one. ValueError naming
+    ``speculative_config.method`` when the method cannot run here."""
     if config.method == "self-int4":
+        if quantization is not None:
+            raise ValueError(f"speculative_config.method: self-int4 drafts with int4 weights of the full-precision "
+                             f"model; it cannot run with quantization {quantization!r}")
         from tokenmill.spec.model_drafter import int4_twin
 
         return int4_twin(target)
+    if config.method == "mtp":
+        from tokenmill.spec.mtp import check_has_mtp
+
+        check_has_mtp(target)  # before the KV cache is allocated
     return None
 
 
