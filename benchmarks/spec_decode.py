@@ -1,10 +1,12 @@
 """Speculative decoding at batch 1: decode tok/s with and without drafts, same outputs.
 
-Two workloads of chat requests on the embedded model (greedy, one request at a
-time, as MLPerf's SingleStream runs):
+Workloads of chat requests (greedy, one request at a time, as MLPerf's
+SingleStream runs), on the embedded model unless ``--model`` says otherwise:
 - grounded: the answer copies from the prompt (repeat, lightly edit or fix a
   given paragraph or function), where prompt lookup finds its drafts;
-- open: questions with nothing to copy, where drafting can only cost.
+- open: questions with nothing to copy, where drafting can only cost;
+- code: code editing (type hints, renames, docstrings, small fixes to a given
+  function), the natural workload of a coder model and its draft.
 For each: output tok/s over the decode phase (first token excluded), whether
 the token ids equal the run without drafts, drafts accepted / verified, and the
 mean tokens a verification step appends.
@@ -12,6 +14,11 @@ mean tokens a verification step appends.
     python -m benchmarks.spec_decode --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
     python -m benchmarks.spec_decode --int4-reference \
         --speculative-config '{"method": "self-int4", "num_speculative_tokens": 4}'
+    python -m benchmarks.fetch_draft_pair   # Qwen2.5-Coder-1.5B-Instruct and its 0.5B draft, 1.6 GB
+    python -m benchmarks.spec_decode --workloads code --linear-backend onednn \
+        --model ~/.cache/tokenmill/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --speculative-config \
+        '{"method": "draft_model", "model": "'$HOME'/.cache/tokenmill/models/qwen2.5-0.5b-draft.gguf",
+          "quantization": "int4", "num_speculative_tokens": 4}'
 """
 
 from __future__ import annotations
@@ -43,10 +50,22 @@ CODE = [
 GROUNDED = ([f"Repeat the following text exactly:\n\n{p}" for p in PARAGRAPHS]
             + [f"Rewrite the following text, changing only 'the' to 'a' where it fits:\n\n{p}" for p in PARAGRAPHS[:2]]
             + [f"Add a docstring to this Python function and return the whole function:\n\n{c}" for c in CODE])
+CODE_EDITS = [
+    f"{task}\n\n```python\n{code}```" for task, code in (
+        ("Add type hints to this Python function and return the whole function.", CODE[1]),
+        ("Rename the variable 'total' to 'running_sum' in this function and return the whole function.", CODE[0]),
+        ("Add a docstring to this function and return the whole function.", CODE[1]),
+        ("This function fails on an empty list. Fix it and return the whole function.", CODE[0]),
+        ("Rewrite this function to raise KeyError instead of returning None, and return the whole function.",
+         CODE[1]),
+        ("Add a 'values' check that raises TypeError for non-list input, and return the whole function.", CODE[0]),
+    )]
 OPEN = ["Write a short poem about winter.", "Give three tips for learning a new language.",
         "What is the capital of France, and why is it famous?", "Describe a sunset to someone who cannot see.",
         "Why is the sky blue?", "Suggest a name for a bakery and explain it.",
         "List four uses of a paper clip.", "What makes a good friend?"]
+
+WORKLOADS = {"grounded": GROUNDED, "open": OPEN, "code": CODE_EDITS}
 
 
 def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> dict:
@@ -70,7 +89,13 @@ def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--speculative-config", required=True, help="the JSON given to --speculative-config")
+    ap.add_argument("--model", help="GGUF file or HF directory (default: the embedded model)")
+    ap.add_argument("--quantization", choices=["int8", "int4"], help="the served model's weights, both runs")
+    ap.add_argument("--workloads", default="grounded,open", help=f"comma-separated, from {sorted(WORKLOADS)}")
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--linear-backend", default="auto",
+                    help="both engines' linears (pin it for large models: auto picks by free memory, which the "
+                         "first engine loaded has more of)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2, help="alternate plain and speculative runs this many times")
     ap.add_argument("--int4-reference", action="store_true",
@@ -81,19 +106,27 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    plain = LLMEngine(EngineConfig(dtype=args.dtype))
-    spec = LLMEngine(EngineConfig(dtype=args.dtype, speculative_config=args.speculative_config))
+    workloads = args.workloads.split(",")
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown:
+        raise SystemExit(f"--workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}")
+    common = dict(model=args.model, dtype=args.dtype, quantization=args.quantization,
+                  linear_backend=args.linear_backend)
+    plain = LLMEngine(EngineConfig(**common))
+    spec = LLMEngine(EngineConfig(**common, speculative_config=args.speculative_config))
     tok = plain.tokenizer
 
     def chat(text):
         return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
 
-    report = {"speculative_config": json.loads(args.speculative_config), "dtype": str(plain.core.dtype),
+    report = {"model": plain.core.config.served_model_name, "quantization": args.quantization,
+              "speculative_config": json.loads(args.speculative_config), "dtype": str(plain.core.dtype),
               "max_tokens": args.max_tokens}
     run(plain, [chat(OPEN[0])], 8)  # warm both engines up
     run(spec, [chat(OPEN[0])], 8)
-    int4 = LLMEngine(EngineConfig(dtype=args.dtype, quantization="int4")) if args.int4_reference else None
-    for name, texts in (("grounded", GROUNDED), ("open", OPEN)):
+    int4 = LLMEngine(EngineConfig(**common | {"quantization": "int4"})) if args.int4_reference else None
+    for name in workloads:
+        texts = WORKLOADS[name]
         prompts = [chat(t) for t in texts]
         rates = {"plain": [], "spec": []} | ({"int4": []} if int4 else {})
         before = spec.stats()

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _spec_helpers import assert_same_alone_and_batched, chat, embedded_engines
 from prometheus_client.core import CounterMetricFamily
 
 from tokenmill.cli_args import add_engine_args, engine_config_from_args
 from tokenmill.config import EngineConfig
 from tokenmill.engine.client import EngineStats
-from tokenmill.engine.engine import LLMEngine
-from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.sampling_params import SamplingParams
 from tokenmill.serve.metrics import spec_decode_metrics
 from tokenmill.spec.config import parse_speculative_config
@@ -64,27 +63,7 @@ def test_cli_flag_reaches_the_engine_config():
 
 @pytest.fixture(scope="module")
 def embedded():
-    """The embedded model without and with ngram drafts, float32 and batch-invariant
-    where the C++ kernels build: a verification step computes k + 1 rows of a
-    request where plain decoding computes one, and only batch-invariant kernels
-    promise the same bits for a row whatever else is in its GEMM (default mode
-    gives the same tokens unless rounding flips a near-tie, as any batching can)."""
-    common = dict(dtype="float32", deterministic=load_cpu_kernels() is not None)
-    return LLMEngine(EngineConfig(**common)), LLMEngine(EngineConfig(**common, speculative_config=NGRAM))
-
-
-def chat(engine, text):
-    tok = engine.tokenizer
-    return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
-
-
-def assert_same_alone_and_batched(plain, spec, prompts, params) -> list[list[int]]:
-    """``spec`` gives ``plain``'s tokens for each prompt alone and for all of them
-    in one batch; returns those tokens."""
-    want = [r.token_ids for r in plain.generate(prompts, params)]
-    assert [spec.generate([p], params)[0].token_ids for p in prompts] == want
-    assert [r.token_ids for r in spec.generate(prompts, params)] == want
-    return want
+    return embedded_engines(NGRAM)
 
 
 def test_greedy_outputs_are_identical_and_drafts_are_accepted(embedded):

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_spec_ngram import assert_same_alone_and_batched, chat
+from _spec_helpers import embedded_engines, greedy_drafts_on_everyday_prompts
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
 from tokenmill.engine.core_messages import EngineCoreRequest
-from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.request import RequestStatus
-from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.int4_linear import Int4Linear
 from tokenmill.model.loaders import load_model
 from tokenmill.sampling_params import SamplingParams
@@ -45,25 +43,13 @@ def test_refused_with_quantization():
 
 @pytest.fixture(scope="module")
 def embedded():
-    """The embedded model without and with self-int4 drafts, float32 and
-    batch-invariant where the C++ kernels build (see test_spec_ngram.py)."""
-    common = dict(dtype="float32", deterministic=load_cpu_kernels() is not None)
-    return LLMEngine(EngineConfig(**common)), LLMEngine(EngineConfig(**common, speculative_config=SELF_INT4))
+    return embedded_engines(SELF_INT4)
 
 
 def test_greedy_outputs_are_identical_and_most_drafts_are_accepted(embedded):
-    plain, spec = embedded
-    prompts = [chat(plain, "Why is the sky blue?"), chat(plain, "Write a haiku about rain."),
-               plain.tokenizer.encode("Once upon a time, in a small village by the sea,")]
-    params = SamplingParams(max_tokens=32, temperature=0.0)
-    before = spec.stats()
-    assert_same_alone_and_batched(plain, spec, prompts, params)
-    after = spec.stats()
-    drafts = after.spec_draft_tokens - before.spec_draft_tokens
-    accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+    drafts, accepted = greedy_drafts_on_everyday_prompts(*embedded)
     # The int4 twin agrees with its own full-precision model far more often than not.
     assert drafts > 40 and accepted > 0.5 * drafts
-    assert after.kv_blocks_used == 0
 
 
 def test_abort_with_drafts_pending_frees_every_block():

@@ -1,8 +1,9 @@
 """Speculative decoding under stress, for each proposer that runs on the llama
-dummy model: tiny step budget (chunked prompts), 8 KV blocks (preemption, and
-drafts that cannot get blocks), prefix caching on, greedy and seeded requests
-mixed; repetitive prompts so drafts are proposed and some accepted. Outputs
-equal decoding without drafts and no block stays taken. (DeepSeek's mtp has
+dummy model (draft_model: the same preset as its own draft): tiny step budget
+(chunked prompts), 8 KV blocks (preemption, and drafts that cannot get
+blocks), prefix caching on, greedy and seeded requests mixed; repetitive
+prompts so drafts are proposed and some accepted. Outputs equal decoding
+without drafts and no block stays taken. (DeepSeek's mtp has
 its own: tests/test_spec_mtp.py.)"""
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ COMMON = dict(model="dummy:tiny", load_format="dummy", dtype="float32", device="
               max_num_batched_tokens=16, num_kv_blocks=8, enable_prefix_caching=True)
 
 
-@pytest.mark.parametrize("method", ["ngram", "self-int4"])
+@pytest.mark.parametrize("method", [{"method": "ngram", "prompt_lookup_max": 3}, {"method": "self-int4"},
+                                    {"method": "draft_model", "model": "dummy:tiny"}], ids=lambda m: m["method"])
 def test_stress_seeded_and_greedy_mix_matches_without_drafts(method):
     plain = LLMEngine(EngineConfig(**COMMON))
     spec = LLMEngine(EngineConfig(**COMMON, speculative_config={
-        "method": method, "num_speculative_tokens": 3, "prompt_lookup_max": 3, "adaptive": False}))
+        **method, "num_speculative_tokens": 3, "adaptive": False}))
     shared = [(7 * i) % 20 + 3 for i in range(32)]
     prompts = [shared + [(11 * i + j) % 13 + 3 for j in range(30)] for i in range(4)]
     params = [SamplingParams(max_tokens=16, ignore_eos=True,

@@ -53,8 +53,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-config", default=None, metavar="JSON",
                    help='speculative decoding, vLLM\'s JSON: \'{"method": "ngram", "num_speculative_tokens": 4, '
                         '"prompt_lookup_max": 4}\' (drafts from the request\'s own tokens), \'{"method": '
-                        '"self-int4", "num_speculative_tokens": 4}\' (the model\'s own weights in int4 draft), or '
-                        '\'{"method": "mtp", "num_speculative_tokens": 1}\' (DeepSeek\'s MTP layer drafts); '
+                        '"self-int4", "num_speculative_tokens": 4}\' (the model\'s own weights in int4 draft), '
+                        '\'{"method": "mtp", "num_speculative_tokens": 1}\' (DeepSeek\'s MTP layer drafts), or '
+                        '\'{"method": "draft_model", "model": "DRAFT.gguf", "num_speculative_tokens": 3}\' (a '
+                        'smaller model sharing the tokenizer drafts; "quantization": "int4" for its weights); '
                         'drafts are verified in the same steps, so outputs are the same; "adaptive": true (default) '
                         'verifies only the drafts that measured step times say pay; "disable_by_batch_size": N')
     g.add_argument("--max-model-len", type=int, default=None,

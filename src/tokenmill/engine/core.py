@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 import torch
+from torch import nn
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.block_hash import hash_full_blocks
@@ -67,7 +68,7 @@ from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import parse_speculative_config
 from tokenmill.spec.drafting import Drafting
-from tokenmill.spec.proposer import make_draft_model, make_proposer
+from tokenmill.spec.proposer import extra_kv_bytes_per_token, make_draft_model, make_proposer
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,22 @@ class EngineCore:
         self.arch = loaded.arch
         self.model = loaded.model
         spec = parse_speculative_config(config.speculative_config)
-        # Before the swap below: a draft model copies the target's plain linears.
-        draft_model = make_draft_model(spec, self.model, config.quantization) if spec is not None else None
         self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
+        # Before the swap below: a self-int4 draft copies the target's plain linears.
+        draft_model = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
+                                       device=self.device, dtype=self.dtype, seed=config.seed) if spec else None
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
-        self.linear_backend = self._swap_linears(config, linear_backend, invariant_kernels)
+        self.linear_backend = self._swap_linears(self.model, config.quantization, config.linear_backend,
+                                                 linear_backend, invariant_kernels, self.int4_dense_prefill)
         """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
+        if spec is not None and spec.method == "draft_model":  # its own weights: the same backend, or its quantization
+            self._swap_linears(draft_model, spec.quantization, config.linear_backend, linear_backend, None,
+                               spec.quantization == "int4" and dense_copy_fits(draft_model))
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
-                                           spec.extra_kv_layers if spec is not None else 0)
+                                           extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
+                                           if spec is not None else 0)
         self.eos_token_ids = tuple(self.arch.eos_token_ids)
         """EOS ids for requests that bring none (no tokenizer on the caller's side)."""
         c = self.config
@@ -134,31 +141,33 @@ class EngineCore:
             if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
 
-    def _swap_linears(self, config: EngineConfig, backend: str, invariant_kernels) -> str:
-        """Replace the model's linears for ``backend``; returns the backend in use
-        (an automatic mixed becomes onednn when its second weight copy does not
-        fit in memory)."""
-        if config.quantization is not None:
-            quantize_model(self.model, config.quantization, keep_dense=self.int4_dense_prefill)
+    @staticmethod
+    def _swap_linears(model: nn.Module, quantization: str | None, requested: str, backend: str, invariant_kernels,
+                      keep_dense: bool) -> str:
+        """Replace ``model``'s linears: quantized, then batch-invariant or for
+        ``backend`` (``requested``: the config's linear_backend); returns the
+        backend in use (an automatic mixed becomes onednn when its second weight
+        copy does not fit in memory)."""
+        if quantization is not None:
+            quantize_model(model, quantization, keep_dense=keep_dense)
         if invariant_kernels is not None:
-            make_batch_invariant(self.model, invariant_kernels)
-        if backend == "mixed" and config.linear_backend == "auto" and not dense_copy_fits(self.model):
+            make_batch_invariant(model, invariant_kernels)
+        if backend == "mixed" and requested == "auto" and not dense_copy_fits(model):
             log.info("linears: onednn (a second weight layout for mixed linears would not fit in memory)")
             backend = "onednn"
         if backend == "mixed":
-            mix_linears(self.model, load_cpu_kernels())
+            mix_linears(model, load_cpu_kernels())
         elif backend == "onednn":
-            prepack_linears(self.model)
+            prepack_linears(model)
         return backend
 
-    def _resolve_limits(self, config: EngineConfig, name: str, extra_kv_layers: int) -> EngineConfig:
+    def _resolve_limits(self, config: EngineConfig, name: str, extra_bytes_per_token: int) -> EngineConfig:
         """Fill in KV block count and max_model_len; every request that passes
-        admission checks then fits in the cache on its own. ``extra_kv_layers``:
-        cache layers beside the model's (speculative decoding's), counted too."""
+        admission checks then fits in the cache on its own. ``extra_bytes_per_token``:
+        cache beside the model's (speculative decoding's drafter), counted too."""
         # What one token costs in the cache, per the model (K and V heads; MLA: one latent).
         spec = self.model.kv_cache_spec()
-        bytes_per_token = spec.bytes_per_token(torch.finfo(self.dtype).bits // 8)
-        bytes_per_token += bytes_per_token * extra_kv_layers // spec.num_layers
+        bytes_per_token = spec.bytes_per_token(torch.finfo(self.dtype).bits // 8) + extra_bytes_per_token
         blocks = config.num_kv_blocks or max(
             1, kv_cache_bytes(config.kv_cache_memory_gib, self.device) // (bytes_per_token * config.block_size))
         capacity = blocks * config.block_size

@@ -131,6 +131,11 @@ class Tokenizer:
                              "send a plain completion prompt instead")
         return self._template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools, **kwargs)
 
+    def same_vocabulary(self, other: Tokenizer) -> bool:
+        """Every token text has the same id in both (added tokens included): ids
+        one produces mean the same text to the other (a draft model's check)."""
+        return self._backend.get_vocab(with_added_tokens=True) == other._backend.get_vocab(with_added_tokens=True)
+
     def __repr__(self) -> str:
         return f"Tokenizer({self.name_or_path!r}, vocab_size={self.vocab_size})"
 

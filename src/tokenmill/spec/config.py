@@ -6,11 +6,13 @@
 
     --speculative-config '{"method": "mtp", "num_speculative_tokens": 1}'
 
+    --speculative-config '{"method": "draft_model", "model": "DRAFT.gguf", "num_speculative_tokens": 3}'
+
 Methods: ``ngram`` (prompt lookup over the request's own tokens, spec/ngram.py),
 ``self-int4`` (the served model's own weights in int4 draft, the
-full-precision model verifies: spec/model_drafter.py) and ``mtp`` (DeepSeek's
-next-token-prediction layer drafts: spec/mtp.py). ``draft_model`` is refused
-with a ValueError until it exists.
+full-precision model verifies: spec/model_drafter.py), ``mtp`` (DeepSeek's
+next-token-prediction layer drafts: spec/mtp.py) and ``draft_model`` (a
+smaller model sharing the tokenizer, with its own KV cache: spec/draft_model.py).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 
-METHODS = ("ngram", "self-int4", "mtp")
+METHODS = ("ngram", "self-int4", "mtp", "draft_model")
+DRAFT_QUANTIZATIONS = ("int8", "int4")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -37,12 +40,10 @@ class SpeculativeConfig:
     up to ``num_speculative_tokens``."""
     disable_by_batch_size: int | None = None
     """No drafts in a step while more requests than this are running (vLLM's field)."""
-
-    @property
-    def extra_kv_layers(self) -> int:
-        """Cache layers the method keeps beside the model's (mtp: its block's), which
-        the engine counts in its KV memory."""
-        return 1 if self.method == "mtp" else 0
+    model: str | None = None
+    """draft_model: the draft's GGUF file or HF directory (or ``dummy:<preset>``)."""
+    quantization: str | None = None
+    """draft_model: the draft's weights in int8 or int4 (kernels/quantize.py); None: as loaded."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -61,6 +62,14 @@ class SpeculativeConfig:
                 not isinstance(self.disable_by_batch_size, int) or self.disable_by_batch_size < 1):
             raise ValueError(f"speculative_config.disable_by_batch_size: must be a positive integer, "
                              f"got {self.disable_by_batch_size!r}")
+        if self.method == "draft_model" and not (isinstance(self.model, str) and self.model):
+            raise ValueError("speculative_config.model: required with method draft_model (the draft's path)")
+        for name in ("model", "quantization"):
+            if self.method != "draft_model" and getattr(self, name) is not None:
+                raise ValueError(f"speculative_config.{name}: only for method draft_model, not {self.method!r}")
+        if self.quantization is not None and self.quantization not in DRAFT_QUANTIZATIONS:
+            raise ValueError(f"speculative_config.quantization: must be one of {DRAFT_QUANTIZATIONS}, "
+                             f"got {self.quantization!r}")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError(f"speculative_config.prompt_lookup_min: {self.prompt_lookup_min} exceeds "
                              f"prompt_lookup_max {self.prompt_lookup_max}")

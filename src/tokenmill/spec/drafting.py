@@ -64,7 +64,10 @@ class Drafting:
         start = time.perf_counter()
         proposals = self.proposer.propose(ready, caps)
         if self.policy is not None and cost_passes:
-            self.policy.record_pass(sum(c > 0 for c in caps), (time.perf_counter() - start) / max(caps))
+            # Less what the proposer spent catching up (draft_model's first sight of a prompt):
+            # a one-off per request, which would make every later pass look dear.
+            seconds = time.perf_counter() - start - getattr(self.proposer, "catch_up_seconds", 0.0)
+            self.policy.record_pass(sum(c > 0 for c in caps), seconds / max(caps))
         if self.policy is not None and not cost_passes:
             caps = self.policy.choose(ready, [len(p) for p in proposals])
         for req, drafts, cap in zip(ready, proposals, caps):

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from tokenmill.spec.config import SpeculativeConfig
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from tokenmill.engine.kv_cache_manager import KVCacheManager
@@ -34,14 +35,19 @@ class Proposer(Protocol):
 
     # Optional: ``after_step(out, forward, live)``, called after each step's
     # update with the SchedulerOutput, its ForwardResult (or None) and the
-    # scheduler's live requests by id (spec/mtp.py drafts there).
+    # scheduler's live requests by id (spec/mtp.py drafts there); and
+    # ``catch_up_seconds``, the part of the last propose() that was not draft
+    # passes (spec/draft_model.py), which the adaptive policy leaves out.
 
 
-def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization: str | None) -> nn.Module | None:
-    """Check that the method can draft for this target and build the draft model
-    it needs from the loaded target, before the engine swaps the target's
-    linears for its backend; None for methods without one. ValueError naming
-    ``speculative_config.method`` when the method cannot run here."""
+def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization: str | None, *,
+                     tokenizer_source: str | None = None, device: torch.device | None = None,
+                     dtype: torch.dtype | None = None, seed: int = 0) -> nn.Module | None:
+    """Check that the method can draft for this target and build or load the
+    draft model it needs, before the engine swaps the target's linears for its
+    backend; None for methods without one. ``tokenizer_source`` (the target's),
+    ``device``, ``dtype`` and ``seed``: how draft_model loads its model.
+    ValueError naming the ``speculative_config`` field when it cannot run here."""
     if config.method == "self-int4":
         if quantization is not None:
             raise ValueError(f"speculative_config.method: self-int4 drafts with int4 weights of the full-precision "
@@ -53,7 +59,27 @@ def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization:
         from tokenmill.spec.mtp import check_has_mtp
 
         check_has_mtp(target)  # before the KV cache is allocated
+    if config.method == "draft_model":
+        from tokenmill.spec.draft_model import load_draft_model
+
+        return load_draft_model(config, target.arch, tokenizer_source, device, dtype, seed)
     return None
+
+
+def extra_kv_bytes_per_token(config: SpeculativeConfig, target: nn.Module, draft: nn.Module | None,
+                             dtype: torch.dtype) -> int:
+    """Cache bytes per token the method keeps beside the target's (mtp: its
+    block's layer; draft_model: the draft's own cache), which the engine counts
+    when it sizes the KV cache."""
+    import torch
+
+    dtype_bytes = torch.finfo(dtype).bits // 8
+    if config.method == "mtp":
+        spec = target.kv_cache_spec()
+        return spec.elements_per_token() * dtype_bytes
+    if config.method == "draft_model" and draft is not None:
+        return draft.kv_cache_spec().bytes_per_token(dtype_bytes)
+    return 0
 
 
 def make_proposer(config: SpeculativeConfig, target: nn.Module | None = None, draft: nn.Module | None = None,
@@ -77,4 +103,10 @@ def make_proposer(config: SpeculativeConfig, target: nn.Module | None = None, dr
         if target is None or runner is None or kv is None:
             raise ValueError("speculative_config.method: mtp needs the target model, runner and KV cache")
         return MTPDrafter(target, runner, kv, config.num_speculative_tokens)
+    if config.method == "draft_model":
+        from tokenmill.spec.draft_model import DraftModelDrafter
+
+        if draft is None or runner is None or kv is None:
+            raise ValueError("speculative_config.method: draft_model needs the draft model, runner and KV cache")
+        return DraftModelDrafter(draft, runner, kv)
     raise ValueError(f"speculative_config.method: {config.method!r} has no proposer")
