@@ -9,7 +9,7 @@ from torch import nn
 import tokenmill.engine.core as core_module
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
-from tokenmill.engine.resolve import cpu_has_fast_bf16, resolve_linear_backend
+from tokenmill.engine.resolve import cpu_has_avx2_panels, cpu_has_fast_bf16, resolve_linear_backend
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.mixed_linear import PANEL_MAX_ROWS, MixedLinear, mix_linears
 from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
@@ -19,20 +19,30 @@ from tokenmill.sampling_params import SamplingParams
 CPU = torch.device("cpu")
 BF16_NEAR_TIE = 0.125  # two bf16 steps of a logit between 8 and 16
 KERNELS = load_cpu_kernels()
-pytestmark = pytest.mark.skipif(KERNELS is None or not onednn_available(),
+
+
+def runs_in(dtype: torch.dtype) -> bool:
+    return KERNELS is not None and onednn_available(dtype)
+
+
+needs_bf16 = pytest.mark.skipif(not runs_in(torch.bfloat16),
                                 reason="needs the C++ kernels and oneDNN bf16 packing (AVX-512 or AVX-NE-CONVERT)")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [1, 7, PANEL_MAX_ROWS, PANEL_MAX_ROWS + 1, 300])
-def test_mixed_linear_routes_by_rows_and_matches_f_linear(rows):
+def test_mixed_linear_routes_by_rows_and_matches_f_linear(rows, dtype):
+    if not runs_in(dtype):
+        pytest.skip(f"needs the C++ kernels and oneDNN packing of {dtype}")
     torch.manual_seed(rows)
-    linear = nn.Linear(96, 80, bias=True).to(torch.bfloat16)
-    x = torch.randn(rows, 96, dtype=torch.bfloat16)
+    linear = nn.Linear(96, 80, bias=True).to(dtype)
+    x = torch.randn(rows, 96, dtype=dtype)
     layer = MixedLinear(linear, KERNELS)
     got = layer(x)
-    assert got.dtype == torch.bfloat16 and got.shape == (rows, 80)
+    assert got.dtype == dtype and got.shape == (rows, 80)
     expected = nn.functional.linear(x.float(), linear.weight.float(), linear.bias.float())
-    torch.testing.assert_close(got.float(), expected, rtol=2e-2, atol=2e-2)
+    tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    torch.testing.assert_close(got.float(), expected, rtol=tolerance, atol=tolerance)
     # Bit for bit the kernel its row count picks.
     if rows <= PANEL_MAX_ROWS:
         picked = KERNELS.invariant_linear(x, layer.panels, 80, linear.bias)
@@ -43,6 +53,7 @@ def test_mixed_linear_routes_by_rows_and_matches_f_linear(rows):
     torch.testing.assert_close(layer(x.view(1, rows, 96)), got.view(1, rows, 80), rtol=0, atol=0)
 
 
+@needs_bf16
 def test_mix_swaps_the_decoder_and_packs_the_tied_head():
     model = load_model("dummy:tiny", "dummy", CPU, torch.bfloat16).model
     ids = torch.arange(5)
@@ -56,20 +67,18 @@ def test_mix_swaps_the_decoder_and_packs_the_tied_head():
     assert mix_linears(model, KERNELS) == 0  # nothing plain is left
 
 
+@needs_bf16
 def test_resolution_of_mixed():
     auto = resolve_linear_backend(EngineConfig(), CPU, torch.bfloat16)
     assert auto == ("mixed" if cpu_has_fast_bf16() else "onednn")
     assert resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.bfloat16) == "mixed"
-    assert resolve_linear_backend(EngineConfig(), CPU, torch.float32) == "torch"
-    for dtype in (torch.float32, torch.float16):
-        with pytest.raises(ValueError, match="linear_backend: mixed runs on CPU in bfloat16"):
-            resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, dtype)
     with pytest.raises(ValueError, match="linear_backend: mixed .*quantization 'int4'"):
         resolve_linear_backend(EngineConfig(linear_backend="mixed", quantization="int4"), CPU, torch.bfloat16)
     with pytest.raises(ValueError, match="linear_backend: mixed .*--deterministic"):
         resolve_linear_backend(EngineConfig(linear_backend="mixed", deterministic=True), CPU, torch.bfloat16)
 
 
+@needs_bf16
 @pytest.mark.skipif(not cpu_has_fast_bf16(), reason="auto picks mixed only on CPUs with AMX or AVX512-BF16")
 def test_auto_falls_back_to_onednn_when_the_second_copy_does_not_fit(monkeypatch):
     config = EngineConfig(model="dummy:tiny", load_format="dummy", dtype="bfloat16", num_kv_blocks=16)
@@ -81,6 +90,7 @@ def test_auto_falls_back_to_onednn_when_the_second_copy_does_not_fit(monkeypatch
     assert LLMEngine(named).core.linear_backend == "mixed"
 
 
+@needs_bf16
 def test_mixed_engine_decodes_like_onednn_on_the_embedded_model():
     """Greedy bf16: the panel kernel (decode rows) and oneDNN (prefill rows)
     round differently only in summation order, so the two engines' greedy
@@ -103,3 +113,22 @@ def test_mixed_engine_decodes_like_onednn_on_the_embedded_model():
         for side in (mixed, onednn):
             (_, first), (_, second) = side.logprobs[parted].top[:2]
             assert first - second <= BF16_NEAR_TIE, (parted, side.logprobs[parted])
+
+
+@pytest.mark.skipif(not runs_in(torch.float32), reason="needs the C++ kernels and oneDNN float32 packing")
+def test_float32_auto_mixes_on_avx2_and_decodes_like_torch():
+    """Float32: auto takes the panels on AVX2 CPUs without AVX-512 (torch
+    elsewhere); the tiny model's greedy tokens are those of F.linear."""
+    assert resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.float32) == "mixed"
+    with pytest.raises(ValueError, match="linear_backend: mixed runs on CPU in float32 or bfloat16"):
+        resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.float16)
+    config = dict(model="dummy:tiny", load_format="dummy", dtype="float32", num_kv_blocks=32, max_model_len=128)
+    auto = LLMEngine(EngineConfig(**config))
+    assert auto.core.linear_backend == ("mixed" if cpu_has_avx2_panels() else "torch")
+    mixed = LLMEngine(EngineConfig(**config, linear_backend="mixed"))
+    assert all(isinstance(getattr(o, a), MixedLinear) for o, a in mixed.core.model.decoder_linears())
+    plain = LLMEngine(EngineConfig(**config, linear_backend="torch"))
+    prompts = [[3 + i, 17, 29, 41 + i] for i in range(4)]
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    assert [r.token_ids for r in mixed.generate(prompts, params)] == \
+        [r.token_ids for r in plain.generate(prompts, params)]

@@ -42,10 +42,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         "float32/bfloat16, built with the attention kernel) or torch; auto: cpp where it applies")
     g.add_argument("--linear-backend", choices=LINEAR_BACKENDS, default="auto",
                    help="linear layers: mixed (tokenmill's C++ panel kernel for calls of up to 128 rows, "
-                        "oneDNN above; keeps two weight layouts; CPU, bfloat16), onednn (weights prepacked once at "
-                        "load for oneDNN; CPU) or torch (F.linear); auto: mixed in bfloat16 on CPUs with AMX or "
-                        "AVX512-BF16 when the second layout fits in a quarter of the free memory, onednn on "
-                        "other CPUs in bfloat16, torch otherwise")
+                        "oneDNN above; keeps two weight layouts; CPU, float32/bfloat16), onednn (weights prepacked "
+                        "once at load for oneDNN; CPU) or torch (F.linear); auto: mixed in bfloat16 on CPUs with "
+                        "AMX or AVX512-BF16 and in float32 on AVX2 CPUs without AVX-512, when the second layout "
+                        "fits in a quarter of the free memory, onednn on other CPUs in bfloat16, torch otherwise")
     g.add_argument("--deterministic", action="store_true",
                    help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "

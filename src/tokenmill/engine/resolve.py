@@ -32,6 +32,14 @@ def cpu_has_fast_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def cpu_has_avx2_panels() -> bool:
+    """AVX2 and FMA without AVX-512: the C++ panel kernel's AVX2 path, measured
+    1.2-3x faster than oneDNN and torch on float32 linears of 1-256 rows there
+    (kernels/mixed_linear.py)."""
+    flags = _cpu_flags()
+    return "avx2" in flags and "fma" in flags and "avx512f" not in flags
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name != "auto":
         return _DTYPES[name]
@@ -71,9 +79,10 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
     """What runs the linear layers: "invariant" (--deterministic), the
     quantization ("int8", "int4"), else "mixed", "onednn" or "torch" per
     ``config.linear_backend``. auto: mixed in bfloat16 on CPUs with AMX or
-    AVX512-BF16 (measured faster on both: kernels/mixed_linear.py), onednn on
-    other CPUs in bfloat16 (float32 measured no faster:
-    kernels/packed_linear.py), torch otherwise. A ValueError naming
+    AVX512-BF16 and in float32 on AVX2 CPUs without AVX-512 (measured faster
+    on each: kernels/mixed_linear.py), onednn on other CPUs in bfloat16,
+    torch otherwise (float32 on AVX-512 measured no faster with oneDNN:
+    kernels/packed_linear.py). A ValueError naming
     ``linear_backend`` where onednn or mixed was asked for and cannot run.
     (The core falls back from an automatic mixed to onednn when the second
     weight copy does not fit in memory.)"""
@@ -92,14 +101,18 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
                          f"with oneDNN (bfloat16: on a CPU with AVX-512 or AVX-NE-CONVERT), "
                          f"not {device.type} {str(dtype).removeprefix('torch.')}")
     if backend == "mixed":
-        if not (fits and dtype == torch.bfloat16):
-            raise ValueError(f"linear_backend: mixed runs on CPU in bfloat16 with a torch built with oneDNN, "
-                             f"not {device.type} {str(dtype).removeprefix('torch.')}")
+        if not fits:
+            raise ValueError(f"linear_backend: mixed runs on CPU in float32 or bfloat16 with a torch built with "
+                             f"oneDNN, not {device.type} {str(dtype).removeprefix('torch.')}")
         _cpu_kernels("linear_backend", "cpp", device, dtype)  # raises when the C++ kernels cannot build
     if backend == "auto":
-        if not (fits and dtype == torch.bfloat16):
+        if not fits:
             return "torch"
-        return "mixed" if cpu_has_fast_bf16() and _cpu_kernels("linear_backend", "auto", device, dtype) else "onednn"
+        if dtype == torch.bfloat16:
+            return "mixed" if cpu_has_fast_bf16() and _cpu_kernels("linear_backend", "auto", device, dtype) \
+                else "onednn"
+        return "mixed" if cpu_has_avx2_panels() and _cpu_kernels("linear_backend", "auto", device, dtype) \
+            else "torch"
     return backend
 
 

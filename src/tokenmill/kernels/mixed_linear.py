@@ -1,4 +1,4 @@
-"""Linear layers that pick their kernel by the number of rows (CPU, bf16).
+"""Linear layers that pick their kernel by the number of rows (CPU, bf16 or fp32).
 
 Measured on an AMX Xeon (docs/PERFORMANCE.md, "Mixed linears"): for a few
 rows (decode steps of small batches) tokenmill's own panel kernel
@@ -6,7 +6,11 @@ rows (decode steps of small batches) tokenmill's own panel kernel
 faster per call than oneDNN's on its prepacked weight, and the whole batch-1
 decode step 1.2x faster (1.25x on a Xeon with AVX512-BF16 and no AMX, where
 the kernel runs on vectors); from a few dozen rows on (prefill chunks, large
-batches) oneDNN is faster, up to 1.9x on the LM head at 256 rows. A
+batches) oneDNN is faster, up to 1.9x on the LM head at 256 rows. In float32
+on an AVX2 CPU without AVX-512 (the kernel's 8-lane path) the panels beat
+oneDNN at every row count measured, 1 to 256: 1.2-1.5x at one row, 1.7-3x at
+2-8 rows (a speculative verification step), and torch's F.linear by 2-5x
+(docs/PERFORMANCE.md, "Mixed linears in float32 on AVX2"). A
 ``MixedLinear`` keeps the weight in both layouts and sends calls of at most
 ``PANEL_MAX_ROWS`` rows to the panel kernel, larger ones to oneDNN.
 
@@ -46,7 +50,7 @@ class MixedLinear(nn.Module):
         self._panel_kernel = kernels.invariant_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [..., in_features] (bf16) -> [..., out_features]."""
+        """x: [..., in_features] (the weight's dtype) -> [..., out_features]."""
         rows = x.reshape(-1, self.in_features)
         if rows.shape[0] > PANEL_MAX_ROWS:
             return self.dense(x)

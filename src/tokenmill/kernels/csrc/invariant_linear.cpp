@@ -20,6 +20,9 @@
 //   32 and columns in tiles of 32; the vector path reads only the pairs it needs.
 // Columns past N (the last panels' padding) hold zeros and are never stored.
 //
+// Vectors: AVX-512 (16 lanes, one register per panel), else AVX2 + FMA (two 8-lane halves
+// per panel), else plain loops; the build's -march=native decides, once.
+//
 // bfloat16 on a CPU with AMX (and the kernel allowed to use it) runs on AMX tiles:
 // C[16 x 16] += A[16 rows x 32 k] . B[32 k x 16 columns], k blocks in order, so each
 // element is again one fixed sequence whatever the rows beside it. AMX or the vector
@@ -28,6 +31,10 @@
 #include "vec.h"
 
 #include <ATen/Parallel.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -151,11 +158,61 @@ void tile_dispatch(int rows, int npanels, const T* x, int64_t K, const T* panels
 }
 #endif
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define TOKENMILL_AVX2_PANELS 1
+// AVX2: a 16-lane panel is two 8-lane halves, so a tile covers one panel at a time
+// (R rows x 2 halves: at most 12 accumulators of the 16 registers). Each lane is the
+// same sequence as above: k ascending, one FMA per k.
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+// R rows x one panel [K][16]; row r's 16 sums go to acc + r * acc_stride.
+template <typename T, int R>
+void panel_avx2(const T* x, int64_t K, const T* panel, float* acc, int64_t acc_stride) {
+    __m256 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) lo[r] = hi[r] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; ++k) {
+        const __m256 wl = load8(panel + k * kLanes), wh = load8(panel + k * kLanes + 8);
+        for (int r = 0; r < R; ++r) {
+            const __m256 xv = _mm256_set1_ps(static_cast<float>(x[r * K + k]));
+            lo[r] = _mm256_fmadd_ps(xv, wl, lo[r]);
+            hi[r] = _mm256_fmadd_ps(xv, wh, hi[r]);
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        _mm256_storeu_ps(acc + r * acc_stride, lo[r]);
+        _mm256_storeu_ps(acc + r * acc_stride + 8, hi[r]);
+    }
+}
+
+template <typename T, int R = 1>
+void tile_dispatch_avx2(int rows, int npanels, const T* x, int64_t K, const T* panels, int64_t panel_stride,
+                        float* acc) {
+    if constexpr (R <= kMaxRows) {
+        if (rows == R) {
+            for (int p = 0; p < npanels; ++p)
+                panel_avx2<T, R>(x, K, panels + p * panel_stride, acc + p * kLanes, npanels * kLanes);
+            return;
+        }
+        return tile_dispatch_avx2<T, R + 1>(rows, npanels, x, K, panels, panel_stride, acc);
+    }
+}
+#endif
+
 template <typename T>
 void tile(int rows, int npanels, const T* x, int64_t K, const T* panels, int64_t panel_stride, float* acc) {
 #if defined(__AVX512F__)
     if constexpr (tokenmill::has_vec16<T>) {
         tile_dispatch<T>(rows, npanels, x, K, panels, panel_stride, acc);
+        return;
+    }
+#elif TOKENMILL_AVX2_PANELS
+    if constexpr (tokenmill::has_vec16<T>) {
+        tile_dispatch_avx2<T>(rows, npanels, x, K, panels, panel_stride, acc);
         return;
     }
 #endif
