@@ -15,7 +15,7 @@ mean tokens a verification step appends.
     python -m benchmarks.spec_decode --int4-reference \
         --speculative-config '{"method": "self-int4", "num_speculative_tokens": 4}'
     python -m benchmarks.fetch_draft_pair   # Qwen2.5-Coder-1.5B-Instruct and its 0.5B draft, 1.6 GB
-    python -m benchmarks.spec_decode --workloads code --linear-backend onednn \
+    python -m benchmarks.spec_decode --workloads code --one-engine \
         --model ~/.cache/tokenmill/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --speculative-config \
         '{"method": "draft_model", "model": "'$HOME'/.cache/tokenmill/models/qwen2.5-0.5b-draft.gguf",
           "quantization": "int4", "num_speculative_tokens": 4}'
@@ -68,8 +68,19 @@ OPEN = ["Write a short poem about winter.", "Give three tips for learning a new 
 WORKLOADS = {"grounded": GROUNDED, "open": OPEN, "code": CODE_EDITS}
 
 
-def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> dict:
-    """Each prompt alone; decode tok/s over the steps after its first token."""
+def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, drafts: bool = True) -> dict:
+    """Each prompt alone; decode tok/s over the steps after its first token.
+    ``drafts=False``: with the engine's speculative decoding switched off."""
+    saved = engine.core.drafting
+    if not drafts:
+        engine.core.drafting = None
+    try:
+        return _run(engine, prompts, max_tokens)
+    finally:
+        engine.core.drafting = saved
+
+
+def _run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> dict:
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     outputs, decode_tokens, decode_seconds = [], 0, 0.0
     for prompt in prompts:
@@ -92,6 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", help="GGUF file or HF directory (default: the embedded model)")
     ap.add_argument("--quantization", choices=["int8", "int4"], help="the served model's weights, both runs")
     ap.add_argument("--workloads", default="grounded,open", help=f"comma-separated, from {sorted(WORKLOADS)}")
+    ap.add_argument("--one-engine", action="store_true",
+                    help="time plain decoding on the speculative engine with its drafting switched off, instead "
+                         "of on a second engine (a model too large to load twice; the same kernels either way)")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--linear-backend", default="auto",
                     help="both engines' linears (pin it for large models: auto picks by free memory, which the "
@@ -112,17 +126,18 @@ def main(argv=None) -> None:
         raise SystemExit(f"--workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}")
     common = dict(model=args.model, dtype=args.dtype, quantization=args.quantization,
                   linear_backend=args.linear_backend)
-    plain = LLMEngine(EngineConfig(**common))
     spec = LLMEngine(EngineConfig(**common, speculative_config=args.speculative_config))
+    plain = spec if args.one_engine else LLMEngine(EngineConfig(**common))
     tok = plain.tokenizer
 
     def chat(text):
         return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
 
     report = {"model": plain.core.config.served_model_name, "quantization": args.quantization,
+              "linear_backend": spec.core.linear_backend, "one_engine": args.one_engine,
               "speculative_config": json.loads(args.speculative_config), "dtype": str(plain.core.dtype),
               "max_tokens": args.max_tokens}
-    run(plain, [chat(OPEN[0])], 8)  # warm both engines up
+    run(plain, [chat(OPEN[0])], 8, drafts=False)  # warm both engines up
     run(spec, [chat(OPEN[0])], 8)
     int4 = LLMEngine(EngineConfig(**common | {"quantization": "int4"})) if args.int4_reference else None
     for name in workloads:
@@ -131,7 +146,7 @@ def main(argv=None) -> None:
         rates = {"plain": [], "spec": []} | ({"int4": []} if int4 else {})
         before = spec.stats()
         for _ in range(args.rounds):
-            base, fast = run(plain, prompts, args.max_tokens), run(spec, prompts, args.max_tokens)
+            base, fast = run(plain, prompts, args.max_tokens, drafts=False), run(spec, prompts, args.max_tokens)
             rates["plain"].append(base["decode_tok_s"])
             rates["spec"].append(fast["decode_tok_s"])
             if int4:

@@ -18,6 +18,7 @@ from tokenmill.engine.core_messages import EngineCoreRequest
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.request import RequestStatus
 from tokenmill.kernels.int4_linear import Int4Linear
+from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.model.embedded import embedded_gguf_path
 from tokenmill.model.tokenizer import Tokenizer
 from tokenmill.model.word_tokenizer import save_word_tokenizer
@@ -55,6 +56,20 @@ def test_vocabularies_compare_token_by_token(tmp_path):
         save_word_tokenizer(tmp_path / name, size)
     a, b, c = (Tokenizer.from_hf_dir(tmp_path / n) for n in "abc")
     assert a.same_vocabulary(b) and not a.same_vocabulary(c)
+
+
+@pytest.mark.parametrize("quantization", ["int8", "int4"])
+def test_a_quantized_draft_is_quantized_whatever_the_targets_backend(quantization):
+    core = EngineCore(EngineConfig(**DUMMY, speculative_config={**TINY_DRAFT, "quantization": quantization}))
+    layer_type = Int4Linear if quantization == "int4" else Int8Linear
+    draft = core.drafting.proposer.draft
+    assert all(isinstance(getattr(o, a), layer_type) for o, a in draft.decoder_linears())
+    assert not any(isinstance(getattr(o, a), layer_type) for o, a in core.model.decoder_linears())
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    core.add_request(EngineCoreRequest("r", [3, 5, 7, 9], params))
+    while core.has_unfinished_requests():
+        core.step()
+    assert core.drafting.num_draft_tokens > 0
 
 
 def test_the_draft_cache_is_counted_in_the_kv_memory():

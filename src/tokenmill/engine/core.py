@@ -103,7 +103,8 @@ class EngineCore:
                                                  linear_backend, invariant_kernels, self.int4_dense_prefill)
         """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
         if spec is not None and spec.method == "draft_model":  # its own weights: the same backend, or its quantization
-            self._swap_linears(draft_model, spec.quantization, config.linear_backend, linear_backend, None,
+            self._swap_linears(draft_model, spec.quantization, config.linear_backend,
+                               spec.quantization or linear_backend, None,
                                spec.quantization == "int4" and dense_copy_fits(draft_model))
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
