@@ -6,7 +6,10 @@ from __future__ import annotations
 import functools
 
 from tokenmill.config import EngineConfig
+from tokenmill.engine.core import EngineCore
+from tokenmill.engine.core_messages import EngineCoreRequest
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.engine.request import RequestStatus
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.sampling_params import SamplingParams
 
@@ -54,3 +57,17 @@ def greedy_drafts_on_everyday_prompts(plain: LLMEngine, spec: LLMEngine) -> tupl
     assert after.kv_blocks_used == 0
     return (after.spec_draft_tokens - before.spec_draft_tokens,
             after.spec_accepted_tokens - before.spec_accepted_tokens)
+
+
+def assert_abort_with_drafts_pending_frees_every_block(core: EngineCore) -> None:
+    """Drafting grows a request's blocks before the step that verifies them; an
+    abort between the two gives all of them back (three requests, on ``core``)."""
+    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
+    for i in range(3):
+        core.add_request(EngineCoreRequest(f"r{i}", [3 + i, 5, 7, 9, 11, 13], params))
+    core.step()  # prompts computed, first tokens sampled
+    core.drafting.propose(core.scheduler.running)  # what the next step does before scheduling
+    pending = [r for r in core.scheduler.running if r.draft_token_ids]
+    assert len(pending) == 3 and core.pool.num_used_blocks > 0
+    assert core.finish_requests([r.request_id for r in pending], RequestStatus.FINISHED_ABORTED) == 3
+    assert core.pool.num_used_blocks == 0 and not core.scheduler.has_work()

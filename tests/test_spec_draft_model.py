@@ -10,13 +10,16 @@ cache is counted in the KV memory; bad drafts are refused naming the field."""
 from __future__ import annotations
 
 import pytest
-from _spec_helpers import embedded_engines, greedy_drafts_on_everyday_prompts
+from _spec_helpers import (
+    assert_abort_with_drafts_pending_frees_every_block,
+    embedded_engines,
+    greedy_drafts_on_everyday_prompts,
+)
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
 from tokenmill.engine.core_messages import EngineCoreRequest
 from tokenmill.engine.engine import LLMEngine
-from tokenmill.engine.request import RequestStatus
 from tokenmill.kernels.int4_linear import Int4Linear
 from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.model.embedded import embedded_gguf_path
@@ -105,16 +108,9 @@ def test_an_identical_draft_has_every_greedy_draft_accepted_through_preemption(m
 
 def test_abort_with_drafts_pending_frees_every_block_and_forgets_the_request():
     core = EngineCore(EngineConfig(**DUMMY, speculative_config=TINY_DRAFT))
-    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
-    for i in range(3):
-        core.add_request(EngineCoreRequest(f"r{i}", [3 + i, 5, 7, 9, 11, 13], params))
-    core.step()  # prompts computed, first tokens sampled
-    core.drafting.propose(core.scheduler.running)  # what the next step does before scheduling
-    pending = [r for r in core.scheduler.running if r.draft_token_ids]
-    assert len(pending) == 3 and len(core.drafting.proposer.states) == 3
-    assert core.finish_requests([r.request_id for r in pending], RequestStatus.FINISHED_ABORTED) == 3
-    assert core.pool.num_used_blocks == 0 and not core.scheduler.has_work()
-    core.add_request(EngineCoreRequest("next", [3, 5, 7], params))
+    assert_abort_with_drafts_pending_frees_every_block(core)
+    assert {"r0", "r1", "r2"} <= set(core.drafting.proposer.states)  # their draft caches, until the next step
+    core.add_request(EngineCoreRequest("next", [3, 5, 7], SamplingParams(max_tokens=4)))
     core.step()  # the drafter forgets ended requests after the next step that runs
     assert not set(core.drafting.proposer.states) & {"r0", "r1", "r2"}
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _spec_helpers import embedded_engines, greedy_drafts_on_everyday_prompts
+from _spec_helpers import (
+    assert_abort_with_drafts_pending_frees_every_block,
+    embedded_engines,
+    greedy_drafts_on_everyday_prompts,
+)
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
-from tokenmill.engine.core_messages import EngineCoreRequest
-from tokenmill.engine.request import RequestStatus
 from tokenmill.kernels.int4_linear import Int4Linear
 from tokenmill.model.loaders import load_model
-from tokenmill.sampling_params import SamplingParams
 from tokenmill.spec.model_drafter import int4_twin
 
 SELF_INT4 = {"method": "self-int4", "num_speculative_tokens": 3, "adaptive": False}
@@ -53,15 +54,4 @@ def test_greedy_outputs_are_identical_and_most_drafts_are_accepted(embedded):
 
 
 def test_abort_with_drafts_pending_frees_every_block():
-    """Drafting grows a request's blocks before the step that verifies them; an
-    abort between the two gives all of them back."""
-    core = EngineCore(EngineConfig(**DUMMY, speculative_config=SELF_INT4))
-    params = SamplingParams(max_tokens=40, temperature=0.0, ignore_eos=True)
-    for i in range(3):
-        core.add_request(EngineCoreRequest(f"r{i}", [3 + i, 5, 7, 9, 11, 13], params))
-    core.step()  # prompts computed, first tokens sampled
-    core.drafting.propose(core.scheduler.running)  # what the next step does before scheduling
-    pending = [r for r in core.scheduler.running if r.draft_token_ids]
-    assert len(pending) == 3 and core.pool.num_used_blocks > 0
-    assert core.finish_requests([r.request_id for r in pending], RequestStatus.FINISHED_ABORTED) == 3
-    assert core.pool.num_used_blocks == 0 and not core.scheduler.has_work()
+    assert_abort_with_drafts_pending_frees_every_block(EngineCore(EngineConfig(**DUMMY, speculative_config=SELF_INT4)))
