@@ -66,7 +66,7 @@ from tokenmill.kernels.packed_linear import prepack_linears
 from tokenmill.kernels.quantize import dense_copy_fits, quantize_model
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
-from tokenmill.spec.config import parse_speculative_config
+from tokenmill.spec.config import SpeculativeConfig, parse_speculative_config
 from tokenmill.spec.drafting import Drafting
 from tokenmill.spec.proposer import extra_kv_bytes_per_token, make_draft_model, make_proposer
 
@@ -95,17 +95,12 @@ class EngineCore:
         self.tokenizer_source = config.tokenizer or loaded.tokenizer_source
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
         # Before the swap below: a self-int4 draft copies the target's plain linears.
-        draft_model = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
-                                       device=self.device, dtype=self.dtype, seed=config.seed) if spec else None
+        draft_model = self._make_draft(spec, config, linear_backend) if spec is not None else None
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = self._swap_linears(self.model, config.quantization, config.linear_backend,
                                                  linear_backend, invariant_kernels, self.int4_dense_prefill)
         """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
-        if spec is not None and spec.method == "draft_model":  # its own weights: the same backend, or its quantization
-            self._swap_linears(draft_model, spec.quantization, config.linear_backend,
-                               spec.quantization or linear_backend, None,
-                               spec.quantization == "int4" and dense_copy_fits(draft_model))
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
                                            if spec is not None else 0)
@@ -141,6 +136,17 @@ class EngineCore:
         self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv)) \
             if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
+
+    def _make_draft(self, spec: SpeculativeConfig, config: EngineConfig, linear_backend: str) -> nn.Module | None:
+        """The speculative method's draft model (spec/proposer.py), or None. A
+        draft_model's own weights get the target's linear backend, or the
+        quantization its config names."""
+        draft = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
+                                 device=self.device, dtype=self.dtype, seed=config.seed)
+        if spec.method == "draft_model":
+            self._swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
+                               None, spec.quantization == "int4" and dense_copy_fits(draft))
+        return draft
 
     @staticmethod
     def _swap_linears(model: nn.Module, quantization: str | None, requested: str, backend: str, invariant_kernels,
