@@ -17,6 +17,13 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model and engine")
+    _add_model_args(g)
+    _add_kernel_args(g)
+    _add_scheduler_args(g)
+
+
+def _add_model_args(g) -> None:
+    """What to load, in which dtype and quantization, on which device."""
     g.add_argument("--model", default=None,
                    help="GGUF file, Hugging Face directory, or dummy:<preset|config.json>; "
                         "default: the embedded SmolLM2-135M-Instruct")
@@ -32,6 +39,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
+
+
+def _add_kernel_args(g) -> None:
+    """What computes a step: kernels, batch invariance, speculative decoding."""
     g.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="attention: cpp (C++ kernel reading KV blocks in place, decodes and prefill chunks; "
                         "CPU, float32/bfloat16, "
@@ -59,6 +70,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
                         'smaller model sharing the tokenizer drafts; "quantization": "int4" for its weights); '
                         'drafts are verified in the same steps, so outputs are the same; "adaptive": true (default) '
                         'verifies only the drafts that measured step times say pay; "disable_by_batch_size": N')
+
+
+def _add_scheduler_args(g) -> None:
+    """Limits, KV cache, seeds and logging."""
     g.add_argument("--max-model-len", type=int, default=None,
                    help="longest prompt + output in tokens (default: model context capped by the KV cache)")
     g.add_argument("--max-num-seqs", type=int, default=128, help="most requests running in one step")

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
+import torch
+
 from tokenmill.spec.config import SpeculativeConfig
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from tokenmill.engine.kv_cache_manager import KVCacheManager
@@ -71,8 +72,6 @@ def extra_kv_bytes_per_token(config: SpeculativeConfig, target: nn.Module, draft
     """Cache bytes per token the method keeps beside the target's (mtp: its
     block's layer; draft_model: the draft's own cache), which the engine counts
     when it sizes the KV cache."""
-    import torch
-
     dtype_bytes = torch.finfo(dtype).bits // 8
     if config.method == "mtp":
         spec = target.kv_cache_spec()
