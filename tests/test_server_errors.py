@@ -43,7 +43,7 @@ BAD_INPUTS = [
     ("/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
     ("/chat/completions", {"messages": CHAT, "max_tokens": "many"}, "max_tokens"),
     ("/chat/completions", {"messages": CHAT, "max_completion_tokens": 0}, "max_completion_tokens"),
-    ("/chat/completions", {"messages": CHAT, "n": 2}, "n"),
+    ("/chat/completions", {"messages": CHAT, "n": 0}, "n"),
     ("/chat/completions", {"messages": CHAT, "temperature": -1}, "temperature"),
     ("/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 50}, "top_logprobs"),
     ("/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, "tools"),

@@ -54,6 +54,7 @@ def test_sse_sends_the_first_delta_at_once_then_groups_of_interval_tokens():
     """One token per engine delta: exact event sizes."""
     from tokenmill.outputs import RequestOutput
     from tokenmill.serve.completions import CompletionFormatter
+    from tokenmill.serve.fanout import Choice
     from tokenmill.serve.generation import _sse
     from tokenmill.serve.logprobs import TokenDecoder
     from tokenmill.serve.metrics import RequestTimer, ServerMetrics
@@ -71,7 +72,9 @@ def test_sse_sends_the_first_delta_at_once_then_groups_of_interval_tokens():
 
         timer = RequestTimer(ServerMetrics(None))
         formatter = CompletionFormatter("m", TokenDecoder(None), False)
-        return [e async for e in _sse(rest(), outs[0], formatter, timer, False, interval)]
+        choice = Choice(0, 0, None, formatter, timer)  # already started: its first output is in
+        choice.outputs, choice.first = rest(), outs[0]
+        return [e async for e in _sse([choice], 1, False, interval)]
 
     for interval, expected in ((1, ["t0 "] + [f"t{i} " for i in range(1, 10)]),
                                (4, ["t0 ", "t1 t2 t3 t4 ", "t5 t6 t7 t8 ", "t9 "]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tokenmill.errors import RequestError
+from tokenmill.structured.params import StructuredOutputsParams
 
 SamplingParamError = RequestError  # a bad sampling parameter; ``param`` names the field
 
@@ -55,6 +56,9 @@ class SamplingParams:
     """Return the sampled token's logprob and this many top alternatives (0-20)."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the detokenized text."""
+    structured: StructuredOutputsParams | None = None
+    """Constrain the output to a JSON schema, a regex, a choice or a grammar
+    (engine/structured_outputs.py); logprobs are then over the allowed tokens."""
     extra: dict = field(default_factory=dict, compare=False, hash=False)
     """Free-form per-request annotations (not used by sampling)."""
 
@@ -112,6 +116,8 @@ class SamplingParams:
             isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
         ):
             bad("logprobs", f"must be an integer in [0, 20], got {self.logprobs!r}")
+        if self.structured is not None and not isinstance(self.structured, StructuredOutputsParams):
+            bad("structured", f"must be a StructuredOutputsParams, got {type(self.structured).__name__}")
 
     @property
     def greedy(self) -> bool:

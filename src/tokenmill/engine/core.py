@@ -57,6 +57,7 @@ from tokenmill.engine.resolve import (
 from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, SamplingRow
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
+from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact
 from tokenmill.errors import RequestError
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
@@ -133,6 +134,8 @@ class EngineCore:
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.kv_blocks_imported = 0
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
+        self.structured = StructuredOutputs(self.tokenizer_source, self.arch.vocab_size)
+        """Grammar matchers of constrained requests (structured outputs)."""
         self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv)) \
             if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
@@ -220,8 +223,14 @@ class EngineCore:
                       self.max_model_len, resumed, prefill_only=request.prefill_only)
         if request.request_id in self.scheduler.requests:
             raise RequestError("request_id", f"duplicate request id {request.request_id!r}")
-        if kv_blocks is not None:
-            self._adopt_kv(req, kv_blocks)
+        if req.params.structured is not None:
+            self.structured.add(req)
+        try:
+            if kv_blocks is not None:
+                self._adopt_kv(req, kv_blocks)
+        except BaseException:
+            self.structured.forget(req.request_id)
+            raise
         self.scheduler.add(req)
 
     def _adopt_kv(self, req: Request, blocks: KVBlocks) -> None:
@@ -292,6 +301,7 @@ class EngineCore:
         ended = self.scheduler.finish_requests(request_ids, status)
         for rid in request_ids:  # a prefill-only request already ended: its held blocks go too
             self.kv.release_hold(rid)
+            self.structured.forget(rid)
         if ended and status is RequestStatus.FINISHED_ABORTED:
             self.aborted_requests[cause or "abort"] += len(ended)
         return len(ended)
@@ -321,8 +331,9 @@ class EngineCore:
 
     def _run(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
         start = time.perf_counter()
-        forward, failed = self._execute(out)
-        sampled, logprobs = self._sample(forward, failed)
+        masks = self.structured.start_masks(out.scheduled) if self.structured.matchers else None
+        forward, failed = self._execute(out)  # the grammar masks are computed meanwhile
+        sampled, logprobs = self._sample(forward, failed, masks.result() if masks is not None else None)
         if self.drafting is not None:
             self.drafting.record_step(out, time.perf_counter() - start)
         # Failed requests end before update(), which then skips them.
@@ -332,6 +343,9 @@ class EngineCore:
                                       for s in out.scheduled)
         advanced = self.scheduler.update(out, sampled)
         self.num_generation_tokens += sum(n for _, n in advanced)
+        for req, _ in advanced:
+            if req.status.finished:
+                self.structured.forget(req.request_id)
         if self.drafting is not None:
             self.drafting.after_step(out, forward, self.scheduler.requests)
             for req, _ in advanced:
@@ -352,11 +366,11 @@ class EngineCore:
                       "failing %d request(s): %s", len(out.scheduled), attempts, len(errors), ", ".join(errors))
         return forward, {rid: ("forward", message) for rid, message in errors.items()}
 
-    def _sample(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]]):
+    def _sample(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]], masks: StepMasks | None):
         """Sample every row of the requests that reached their last known token
-        and keep the verified run of each (verify.py); a request any of whose
-        rows raises is added to ``failed``. Returns (id -> tokens to append,
-        id -> their logprobs)."""
+        (constrained rows masked first) and keep the verified run of each
+        (verify.py); a request any of whose rows raises, or whose grammar fails,
+        is added to ``failed``. Returns (id -> tokens to append, id -> their logprobs)."""
         if forward is None or not forward.sampling:
             return {}, {}
         rows, spans = [], []
@@ -366,15 +380,25 @@ class EngineCore:
             spans.append((len(rows), drafts))
             rows += [SamplingRow(req.params, req.prompt_token_ids, output + drafts[:j] if j else output)
                      for j in range(s.num_sample_rows)]
+        if masks is not None:
+            failed.update((rid, ("grammar", error)) for rid, error in masks.errors.items())
+            StructuredOutputs.apply(masks, forward.logits,
+                                    {s.request.request_id: first for s, (first, _) in zip(forward.sampling, spans)})
         result = self.sampler(forward.logits, rows, ExactLogits(self.exact_head, forward.hidden))
         sampled, logprobs = {}, {}
         for s, (first, drafts) in zip(forward.sampling, spans):
             rid, last = s.request.request_id, first + len(drafts) + 1
+            if rid in failed:  # its grammar failed while computing its mask
+                continue
             error = next((result.errors[i] for i in range(first, last) if i in result.errors), None)
             if error is not None:
                 failed[rid] = ("sampling", error)
                 continue
             tokens = accept_exact(drafts, result.token_ids[first:last])
+            error = self.structured.advance(rid, tokens) if self.structured.matchers else None
+            if error is not None:
+                failed[rid] = ("grammar", error)
+                continue
             sampled[rid] = tokens
             if self.drafting is not None:
                 self.drafting.record(s.request, len(drafts), len(tokens))

@@ -119,6 +119,10 @@ class Tokenizer:
         ids = ids if isinstance(ids, list) else [int(i) for i in ids]  # arrays, tensors, tuples
         return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def backend_json(self) -> str:
+        """The whole tokenizer as ``tokenizer.json`` text (what grammar engines read)."""
+        return self._backend.to_str()
+
     def convert_ids_to_tokens(self, ids) -> list[str]:
         return [self._backend.id_to_token(int(i)) for i in ids]
 

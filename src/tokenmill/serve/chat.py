@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 
@@ -9,11 +10,18 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from tokenmill.outputs import RequestOutput
+from tokenmill.serve.fanout import PromptJob
 from tokenmill.serve.generation import run_generation
 from tokenmill.serve.logprobs import TokenDecoder, chat_logprobs
 from tokenmill.serve.protocol import ChatCompletionRequest
-from tokenmill.serve.responses import (ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionResponse,
-                                       ChatMessageOut, Usage)
+from tokenmill.serve.responses import (
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionResponse,
+    ChatMessageOut,
+    Usage,
+)
 from tokenmill.serve.state import ServerState
 
 
@@ -25,22 +33,31 @@ async def create_chat_completion(request: Request, state: ServerState) -> Respon
     prompt_ids = state.render_chat(req.template_messages())
     field, requested = req.requested_max_tokens()
     max_tokens = state.max_tokens_for(field, requested, len(prompt_ids))
-    params = req.sampling_params(max_tokens, req.num_logprobs())
+    params = req.sampling_params(max_tokens, req.num_logprobs(), await state.output_constraint(req))
     formatter = ChatFormatter(state.model_name, state.decoder, params.logprobs is not None)
-    return await run_generation(request, state.engine, formatter, prompt_ids, params, timer,
-                                stream=req.stream, include_usage=req.include_usage, prompt_param="messages",
+    return await run_generation(request, state.engine, formatter, [PromptJob(prompt_ids, params, "messages")],
+                                req.num_choices, timer, stream=req.stream, include_usage=req.include_usage,
                                 stream_interval=state.stream_interval)
 
 
 class ChatFormatter:
+    """One choice of a chat answer; ``sibling`` makes the others."""
+
     def __init__(self, model: str, decoder: TokenDecoder, want_logprobs: bool):
         self.want_logprobs = want_logprobs
         self.request_id = f"chatcmpl-{uuid.uuid4().hex}"
         self.model = model
         self.created = int(time.time())
         self.decoder = decoder
+        self.index = 0
         self.text: list[str] = []
         self.logprobs = []
+
+    def sibling(self, index: int) -> ChatFormatter:
+        """Choice ``index`` of the same answer: same id, time and model, its own text."""
+        other = copy.copy(self)
+        other.index, other.text, other.logprobs = index, [], []
+        return other
 
     def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None = None) -> ChatCompletionChunk:
         return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model,
@@ -48,13 +65,13 @@ class ChatFormatter:
 
     def chunks(self, out: RequestOutput, first: bool) -> list[ChatCompletionChunk]:
         result = []
-        if first:  # OpenAI opens every stream with the role
-            result.append(self._chunk([ChatChunkChoice(delta={"role": "assistant", "content": ""})]))
+        if first:  # OpenAI opens every choice's stream with the role
+            result.append(self._chunk([ChatChunkChoice(index=self.index, delta={"role": "assistant", "content": ""})]))
         logprobs = chat_logprobs(out.logprobs, self.decoder) if out.logprobs else None
         # Text held back (a possible stop-string prefix) makes an empty delta: skip it.
         if out.new_text or logprobs or out.finished:
             delta = {"content": out.new_text} if out.new_text else {}
-            result.append(self._chunk([ChatChunkChoice(delta=delta, logprobs=logprobs,
+            result.append(self._chunk([ChatChunkChoice(index=self.index, delta=delta, logprobs=logprobs,
                                                        finish_reason=out.finish_reason)]))
         return result
 
@@ -66,9 +83,11 @@ class ChatFormatter:
         if out.logprobs:
             self.logprobs.extend(out.logprobs)
 
-    def response(self, last: RequestOutput) -> ChatCompletionResponse:
+    def choice(self, last: RequestOutput) -> ChatChoice:
         logprobs = chat_logprobs(self.logprobs, self.decoder) if self.want_logprobs else None
-        choice = ChatChoice(message=ChatMessageOut(content="".join(self.text)), logprobs=logprobs,
-                            finish_reason=last.finish_reason)
+        return ChatChoice(index=self.index, message=ChatMessageOut(content="".join(self.text)), logprobs=logprobs,
+                          finish_reason=last.finish_reason)
+
+    def response(self, choices: list[ChatChoice], usage: Usage) -> ChatCompletionResponse:
         return ChatCompletionResponse(id=self.request_id, created=self.created, model=self.model,
-                                      choices=[choice], usage=Usage.from_output(last))
+                                      choices=choices, usage=usage)

@@ -1,7 +1,8 @@
-"""POST /v1/completions: prompt (text or token ids) -> tokens -> engine."""
+"""POST /v1/completions: prompt(s) (text or token ids) -> tokens -> engine."""
 
 from __future__ import annotations
 
+import copy
 import time
 import uuid
 
@@ -9,6 +10,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from tokenmill.outputs import RequestOutput
+from tokenmill.serve.fanout import PromptJob
 from tokenmill.serve.generation import run_generation
 from tokenmill.serve.logprobs import TokenDecoder, completion_logprobs
 from tokenmill.serve.protocol import CompletionRequest
@@ -21,32 +23,42 @@ async def create_completion(request: Request, state: ServerState) -> Response:
     req = state.parse(CompletionRequest, await request.body())
     req.check_supported()
     state.check_model(req.model)
-    prompt_ids = state.tokenize(req.single_prompt())
     field, requested = req.requested_max_tokens()
-    max_tokens = state.max_tokens_for(field, requested, len(prompt_ids))
-    params = req.sampling_params(max_tokens, req.logprobs)
-    formatter = CompletionFormatter(state.model_name, state.decoder, params.logprobs is not None)
-    return await run_generation(request, state.engine, formatter, prompt_ids, params, timer,
-                                stream=req.stream, include_usage=req.include_usage, prompt_param="prompt",
+    structured = await state.output_constraint(req)
+    jobs = []
+    for param, prompt in req.prompts():
+        prompt_ids = state.tokenize(prompt)
+        max_tokens = state.max_tokens_for(field, requested, len(prompt_ids))  # the default depends on the prompt
+        jobs.append(PromptJob(prompt_ids, req.sampling_params(max_tokens, req.logprobs, structured), param))
+    formatter = CompletionFormatter(state.model_name, state.decoder, req.logprobs is not None)
+    return await run_generation(request, state.engine, formatter, jobs, req.num_choices, timer,
+                                stream=req.stream, include_usage=req.include_usage,
                                 stream_interval=state.stream_interval)
 
 
 class CompletionFormatter:
+    """One choice of a completion answer; ``sibling`` makes the others."""
+
     def __init__(self, model: str, decoder: TokenDecoder, want_logprobs: bool):
         self.request_id = f"cmpl-{uuid.uuid4().hex}"
         self.model = model
         self.created = int(time.time())
         self.decoder = decoder
         self.want_logprobs = want_logprobs
+        self.index = 0
         self.text: list[str] = []
         self.logprobs = []
         self.text_offset = 0  # characters of completion text covered by logprobs so far
 
-    def _body(self, text: str, logprobs: CompletionLogprobs | None, finish_reason: str | None,
-              usage: Usage | None = None) -> CompletionResponse:
-        choice = CompletionChoice(text=text, logprobs=logprobs, finish_reason=finish_reason)
+    def sibling(self, index: int) -> CompletionFormatter:
+        """Choice ``index`` of the same answer: same id, time and model, its own text."""
+        other = copy.copy(self)
+        other.index, other.text, other.logprobs, other.text_offset = index, [], [], 0
+        return other
+
+    def _body(self, choices: list[CompletionChoice], usage: Usage | None = None) -> CompletionResponse:
         return CompletionResponse(id=self.request_id, created=self.created, model=self.model,
-                                  choices=[choice], usage=usage)
+                                  choices=choices, usage=usage)
 
     def _logprobs(self, entries) -> CompletionLogprobs | None:
         if not self.want_logprobs:
@@ -58,18 +70,21 @@ class CompletionFormatter:
         # Text held back (a possible stop-string prefix) makes an empty chunk: skip it.
         if not (out.new_text or out.logprobs or out.finished):
             return []
-        return [self._body(out.new_text, self._logprobs(out.logprobs), out.finish_reason)]
+        return [self._body([CompletionChoice(index=self.index, text=out.new_text,
+                                             logprobs=self._logprobs(out.logprobs),
+                                             finish_reason=out.finish_reason)])]
 
     def usage_chunk(self, usage: Usage) -> CompletionResponse:
-        chunk = self._body("", None, None, usage)
-        chunk.choices = []
-        return chunk
+        return self._body([], usage)
 
     def add(self, out: RequestOutput) -> None:
         self.text.append(out.new_text)
         if out.logprobs:
             self.logprobs.extend(out.logprobs)
 
-    def response(self, last: RequestOutput) -> CompletionResponse:
-        return self._body("".join(self.text), self._logprobs(self.logprobs), last.finish_reason,
-                          Usage.from_output(last))
+    def choice(self, last: RequestOutput) -> CompletionChoice:
+        return CompletionChoice(index=self.index, text="".join(self.text), logprobs=self._logprobs(self.logprobs),
+                                finish_reason=last.finish_reason)
+
+    def response(self, choices: list[CompletionChoice], usage: Usage) -> CompletionResponse:
+        return self._body(choices, usage)

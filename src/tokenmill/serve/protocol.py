@@ -15,9 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tokenmill.errors import RequestError
 from tokenmill.sampling_params import SamplingParams
+from tokenmill.structured.params import StructuredOutputsParams
+
+MAX_CHOICES = 128
+"""The largest ``n`` (samples per prompt), as OpenAI allows."""
 
 # Fields that change what the client gets back; ignoring them would be a lie.
-UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call", "response_format",
+UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call",
                "logit_bias", "suffix", "best_of", "prediction", "audio", "modalities")
 
 
@@ -27,6 +31,20 @@ class _Strict(BaseModel):
 
 class StreamOptions(_Strict):
     include_usage: bool = False
+
+
+class JsonSchemaFormat(_Strict):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """OpenAI's response_format (serve/structured.py turns it into a constraint)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
 
 
 class ContentPart(_Strict):
@@ -74,6 +92,13 @@ class _GenerationRequest(_Strict):
     min_p: float | None = None
     repetition_penalty: float | None = None
     ignore_eos: bool = False
+    response_format: ResponseFormat | None = None
+    structured_outputs: dict | None = None  # vLLM's: {"json" | "json_object" | "regex" | "choice" | "grammar": ...}
+
+    @property
+    def num_choices(self) -> int:
+        """Samples per prompt (``n``; checked by check_supported)."""
+        return 1 if self.n is None else self.n
 
     @property
     def include_usage(self) -> bool:
@@ -84,15 +109,17 @@ class _GenerationRequest(_Strict):
         return "max_tokens", self.max_tokens
 
     def check_supported(self) -> None:
-        if self.n is not None and self.n != 1:
-            raise RequestError("n", f"only n=1 is supported, got {self.n}")
+        if self.n is not None and not 1 <= self.n <= MAX_CHOICES:
+            raise RequestError("n", f"must be between 1 and {MAX_CHOICES}, got {self.n}")
         for name in UNSUPPORTED:
             value = (self.model_extra or {}).get(name)
-            if value not in (None, [], {}) and not _is_plain_text_format(name, value):
+            if value not in (None, [], {}):
                 raise RequestError(name, f"{name!r} is not supported by this server")
 
-    def sampling_params(self, max_tokens: int, logprobs: int | None) -> SamplingParams:
-        """Raises RequestError naming the field for an out-of-range value."""
+    def sampling_params(self, max_tokens: int, logprobs: int | None,
+                        structured: StructuredOutputsParams | None = None) -> SamplingParams:
+        """Raises RequestError naming the field for an out-of-range value.
+        ``structured``: the output constraint (serve/structured.py reads it from the request)."""
         def pick(value, default):
             return default if value is None else value
 
@@ -109,6 +136,7 @@ class _GenerationRequest(_Strict):
             stop=pick(self.stop, ()),
             ignore_eos=self.ignore_eos,
             logprobs=logprobs,
+            structured=structured,
         )
 
 
@@ -144,18 +172,15 @@ class CompletionRequest(_GenerationRequest):
         if self.echo:
             raise RequestError("echo", "echo is not supported by this server")
 
-    def single_prompt(self) -> str | list[int]:
-        """The one prompt of this request: a string or a list of token ids."""
+    def prompts(self) -> list[tuple[str, str | list[int]]]:
+        """(param, prompt) of each prompt of this request, a string or a list of
+        token ids; ``param`` names it in an error ('prompt', or 'prompt[i]' in a batch)."""
         p = self.prompt
-        if isinstance(p, str) or not p or isinstance(p[0], int):
-            return p  # an empty list is an empty prompt: the engine names it
-        if len(p) != 1:
-            raise RequestError("prompt", f"only one prompt per request is supported, got {len(p)}")
-        return p[0]
-
-
-def _is_plain_text_format(name: str, value) -> bool:
-    return name == "response_format" and value == {"type": "text"}
+        if isinstance(p, str) or (p and isinstance(p[0], int)):
+            return [("prompt", p)]
+        if not p:  # no prompt, or an empty token list: either way nothing to complete
+            raise RequestError("prompt", "the prompt is empty: send a string, token ids, or a list of those")
+        return [(f"prompt[{i}]", one) for i, one in enumerate(p)]
 
 
 def param_from_loc(loc: tuple) -> str | None:

@@ -20,11 +20,17 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails
 
     @classmethod
-    def from_output(cls, out: RequestOutput) -> Usage:
-        """Counts from a request's last output (they are running totals)."""
-        return cls(prompt_tokens=out.num_prompt_tokens, completion_tokens=out.num_output_tokens,
-                   total_tokens=out.num_prompt_tokens + out.num_output_tokens,
-                   prompt_tokens_details=PromptTokensDetails(cached_tokens=out.num_cached_tokens))
+    def of_choices(cls, lasts: list[RequestOutput], n: int) -> Usage:
+        """Counts of an answer whose choices ended with ``lasts`` (index order,
+        ``n`` samples per prompt; an output's counts are running totals):
+        completion tokens of every choice, but each prompt once, as OpenAI
+        bills it; cached tokens are those of each prompt's sample 0 (its later
+        samples reuse its prefill by design)."""
+        heads = lasts[::n]
+        prompt = sum(o.num_prompt_tokens for o in heads)
+        completion = sum(o.num_output_tokens for o in lasts)
+        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                   prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(o.num_cached_tokens for o in heads)))
 
 
 # ---- chat ---------------------------------------------------------------------------

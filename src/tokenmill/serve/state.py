@@ -18,6 +18,8 @@ from tokenmill.errors import RequestError
 from tokenmill.serve.errors import ApiError, from_validation_errors
 from tokenmill.serve.logprobs import TokenDecoder
 from tokenmill.serve.metrics import ServerMetrics
+from tokenmill.serve.structured import ConstraintChecker, requested_constraint
+from tokenmill.structured.params import StructuredOutputsParams
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -35,6 +37,8 @@ class ServerState:
         self.max_tokens_limit = max_tokens_limit
         self.stream_interval = stream_interval
         """Tokens per SSE event of a streamed answer (serve/generation.py)."""
+        self.constraints = ConstraintChecker(self.tokenizer)
+        """Compiles output constraints before they reach the engine (a bad one is a 400)."""
         self.metrics = ServerMetrics(engine)
         self.created = int(time.time())
 
@@ -76,6 +80,16 @@ class ServerState:
         if self.tokenizer is None:
             raise RequestError("prompt", "this model has no tokenizer (dummy weights): pass token ids")
         return self.tokenizer.encode(prompt)
+
+    async def output_constraint(self, req) -> StructuredOutputsParams | None:
+        """The request's output constraint (response_format, structured_outputs,
+        guided_*), compiled once here; RequestError naming the client's field."""
+        found = requested_constraint(req)
+        if found is None:
+            return None
+        params, field = found
+        await self.constraints.check(params, field)
+        return params
 
     def max_tokens_for(self, field: str, requested: int | None, num_prompt_tokens: int) -> int:
         """The output budget: the client's, else the rest of the context,
