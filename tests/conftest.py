@@ -55,9 +55,10 @@ NUM_THREADS = 1
 # the batch shape. These tests assert exact greedy text across batch compositions;
 # bf16 quality is measured in test_quantization.py.
 DTYPE = "float32"
-# Main server: small context so "prompt too long" is cheap, room for 32 streams.
+# Main server: small context so "prompt too long" is cheap, room for 32 streams;
+# tool_choice "auto" on (it changes only requests that send tools).
 MAIN_SERVER_ARGS = ("--max-model-len", "512", "--num-kv-blocks", "256", "--num-threads", str(NUM_THREADS),
-                    "--dtype", DTYPE)
+                    "--dtype", DTYPE, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 # Guarded server: API key, one running + one waiting request at most, capped max_tokens.
 GUARDED_SERVER_ARGS = ("--max-model-len", "512", "--num-kv-blocks", "64", "--num-threads", str(NUM_THREADS),
                        "--dtype", DTYPE,

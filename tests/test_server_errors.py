@@ -46,7 +46,8 @@ BAD_INPUTS = [
     ("/chat/completions", {"messages": CHAT, "n": 0}, "n"),
     ("/chat/completions", {"messages": CHAT, "temperature": -1}, "temperature"),
     ("/chat/completions", {"messages": CHAT, "logprobs": True, "top_logprobs": 50}, "top_logprobs"),
-    ("/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, "tools"),
+    ("/chat/completions", {"messages": CHAT, "tools": [{"type": "function"}]}, "tools[0].function"),
+    ("/chat/completions", {"messages": CHAT, "functions": [{"name": "f"}]}, "functions"),  # the legacy form
     ("/completions", {}, "prompt"),
     ("/completions", {"prompt": ""}, "prompt"),
     ("/completions", {"prompt": [10 ** 9]}, "prompt"),

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from tokenmill.serve.server import ServerOptions, serve
+    from tokenmill.serve.tools import ToolConfig
 
     check_server_args(args)
     config = engine_config_from_args(args)
@@ -76,7 +77,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
                             stream_interval=args.stream_interval, log_level=args.log_level,
                             shutdown_timeout_s=args.shutdown_timeout,
-                            cluster=cluster_options_from_args(args))
+                            cluster=cluster_options_from_args(args),
+                            tool_config=ToolConfig(args.enable_auto_tool_choice, args.tool_call_parser),
+                            reasoning_parser=args.reasoning_parser)
     serve(config, options)
     return 0
 

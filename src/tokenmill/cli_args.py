@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 
 from tokenmill.config import ATTENTION_BACKENDS, DTYPES, FUSED_OPS, LINEAR_BACKENDS, LOAD_FORMATS, EngineConfig
+from tokenmill.serve.tools import ToolConfig
 
 DEFAULT_PORT = 8000
 # Mirrors tokenmill.serve.api.DEFAULT_MAX_BODY_BYTES; repeated so --help need not import FastAPI.
@@ -113,6 +114,17 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help="on SIGTERM or Ctrl-C: stop accepting connections, let in-flight requests finish for up "
                         "to this long, then end the rest with an error and stop the engine (and the Ray instance "
                         "it started); default 30, 0 ends them at once")
+    t = parser.add_argument_group("chat output (tools, reasoning)")
+    t.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help='serve tool_choice "auto": the model decides whether to call the request\'s tools and '
+                        "its output is parsed with --tool-call-parser (\"required\" and named choices work without "
+                        "it: the calls are forced by the structured-output engine)")
+    t.add_argument("--tool-call-parser", choices=("hermes", "deepseek_v3"), default=None,
+                   help="how tool calls are read from the model's output: hermes (<tool_call> JSON blocks: Qwen2.5, "
+                        "Hermes, and models without their own format) or deepseek_v3 (DeepSeek-V3/R1 markers)")
+    t.add_argument("--reasoning-parser", choices=("deepseek_r1",), default=None,
+                   help="split chat answers into reasoning_content (before </think>) and content, streamed and "
+                        "not; reasoning tokens are counted in usage.completion_tokens_details")
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
@@ -198,5 +210,6 @@ def check_server_args(args: argparse.Namespace) -> None:
         raise ValueError(f"max_tokens_limit: must be positive, got {args.max_tokens_limit}")
     if args.stream_interval < 1:
         raise ValueError(f"stream_interval: must be a positive number of tokens, got {args.stream_interval}")
+    ToolConfig(args.enable_auto_tool_choice, args.tool_call_parser)  # ValueError naming the flag
     if not args.shutdown_timeout >= 0:
         raise ValueError(f"shutdown_timeout: must be >= 0 seconds, got {args.shutdown_timeout}")

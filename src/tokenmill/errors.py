@@ -9,6 +9,8 @@ class RequestError(ValueError):
     def __init__(self, param: str, message: str):
         super().__init__(f"{param}: {message}")
         self.param = param
+        self.message = message
+        """The explanation without the field name."""
 
 
 class QueueFullError(RuntimeError):

@@ -39,14 +39,19 @@ class RequestOutput:
     stop_reason: str | int | None = None
     """The stop string or token id that ended the request, if any."""
     error: str | None = None
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    """params.prompt_logprobs: one entry per prompt token, None for the first
+    (nothing precedes it); only on the request's first output."""
 
 
 def merge_outputs(outputs: list[RequestOutput]) -> RequestOutput:
     """Consecutive deltas of one request as one delta: tokens, text and
-    logprobs concatenated, everything else (counts, finish) from the last."""
+    logprobs concatenated, prompt logprobs kept (only a first output has
+    them), everything else (counts, finish) from the last."""
     last = outputs[-1]
     logprobs = None
     if any(o.logprobs is not None for o in outputs):
         logprobs = [lp for o in outputs for lp in (o.logprobs or [])]
+    prompt = next((o.prompt_logprobs for o in outputs if o.prompt_logprobs is not None), None)
     return replace(last, new_token_ids=[t for o in outputs for t in o.new_token_ids],
-                   new_text="".join(o.new_text for o in outputs), logprobs=logprobs)
+                   new_text="".join(o.new_text for o in outputs), logprobs=logprobs, prompt_logprobs=prompt)

@@ -26,7 +26,8 @@ this range stay finite in float32 (|logit| << 3e36)."""
 @dataclass(frozen=True)
 class SamplingParams:
     max_tokens: int = 16
-    """Upper bound on generated tokens (>= 1)."""
+    """Upper bound on generated tokens (>= 1; 0 only with ``prompt_logprobs``:
+    score the prompt, generate nothing, finish with 'length')."""
     temperature: float = 1.0
     """In [0, 100]. Below 1e-5 (GREEDY_TEMPERATURE), 0 included, means greedy;
     otherwise logits are divided by it before sampling."""
@@ -54,6 +55,10 @@ class SamplingParams:
     """Keep generating past the model's end-of-sequence token."""
     logprobs: int | None = None
     """Return the sampled token's logprob and this many top alternatives (0-20)."""
+    prompt_logprobs: int | None = None
+    """Return the logprob of each prompt token given the ones before it (none
+    for the first), plus this many top alternatives (0-20). The request then
+    takes no prefix-cache hits (cached positions have no logits)."""
     skip_special_tokens: bool = True
     """Leave special tokens out of the detokenized text."""
     structured: StructuredOutputsParams | None = None
@@ -89,8 +94,8 @@ class SamplingParams:
                 bad(param, f"must be in {'(' if low_open else '['}{low:g}, {high:g}], got {value}")
 
         check_int("max_tokens", self.max_tokens)
-        if self.max_tokens < 1:
-            bad("max_tokens", f"must be at least 1, got {self.max_tokens}")
+        if self.max_tokens < 1 and not (self.max_tokens == 0 and self.prompt_logprobs is not None):
+            bad("max_tokens", f"must be at least 1 (0 only with prompt_logprobs), got {self.max_tokens}")
         check_range("temperature", self.temperature, 0.0, 100.0)
         check_int("top_k", self.top_k)
         if self.top_k < -1:
@@ -112,10 +117,10 @@ class SamplingParams:
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):
             bad("stop_token_ids", f"must be a list of non-negative integers, got {self.stop_token_ids!r}")
-        if self.logprobs is not None and (
-            isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int) or not 0 <= self.logprobs <= 20
-        ):
-            bad("logprobs", f"must be an integer in [0, 20], got {self.logprobs!r}")
+        for name in ("logprobs", "prompt_logprobs"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20):
+                bad(name, f"must be an integer in [0, 20], got {value!r}")
         if self.structured is not None and not isinstance(self.structured, StructuredOutputsParams):
             bad("structured", f"must be a StructuredOutputsParams, got {type(self.structured).__name__}")
 

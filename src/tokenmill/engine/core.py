@@ -55,7 +55,7 @@ from tokenmill.engine.resolve import (
     resolve_linear_backend,
 )
 from tokenmill.engine.runner import ForwardResult, ModelRunner
-from tokenmill.engine.sampler import Sampler, SamplingRow
+from tokenmill.engine.sampler import Sampler, SamplingRow, token_logprobs
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact
@@ -333,6 +333,7 @@ class EngineCore:
         start = time.perf_counter()
         masks = self.structured.start_masks(out.scheduled) if self.structured.matchers else None
         forward, failed = self._execute(out)  # the grammar masks are computed meanwhile
+        self._prompt_logprobs(forward, failed)
         sampled, logprobs = self._sample(forward, failed, masks.result() if masks is not None else None)
         if self.drafting is not None:
             self.drafting.record_step(out, time.perf_counter() - start)
@@ -365,6 +366,23 @@ class EngineCore:
             log.error("a forward pass over %d requests raised; retried in parts (%d failed attempts), "
                       "failing %d request(s): %s", len(out.scheduled), attempts, len(errors), ", ".join(errors))
         return forward, {rid: ("forward", message) for rid, message in errors.items()}
+
+    def _prompt_logprobs(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]]) -> None:
+        """Append the entries of the prompt positions computed this step to
+        their requests (Request.prompt_logprobs); a request whose entries raise
+        is added to ``failed`` (stage 'sampling'), the others go on."""
+        for rid, (start, logits) in (forward.prompt_logits.items() if forward is not None else ()):
+            req = self.scheduler.requests[rid]
+            try:
+                if start != req.num_prompt_logprobs:
+                    raise ValueError(f"prompt logprobs from position {start}, expected {req.num_prompt_logprobs}")
+                targets = req.prompt_token_ids[start + 1:start + 1 + logits.shape[0]]
+                entries = token_logprobs(logits[:, :self.arch.vocab_size], targets, req.params.prompt_logprobs)
+            except Exception as exc:
+                failed[rid] = ("sampling", f"prompt logprobs: {type(exc).__name__}: {exc}")
+                continue
+            req.prompt_logprobs += entries
+            req.num_prompt_logprobs += len(entries)
 
     def _sample(self, forward: ForwardResult | None, failed: dict[str, tuple[str, str]], masks: StepMasks | None):
         """Sample every row of the requests that reached their last known token
@@ -459,11 +477,14 @@ class EngineCore:
 
 
 def _output(req: Request, n: int, logprobs) -> EngineCoreOutput:
-    """The step's delta for a request that got ``n`` new tokens."""
+    """The step's delta for a request that got ``n`` new tokens (0: a
+    max_tokens=0 request's end); its pending prompt logprobs move into it."""
     finished = req.status.finished
+    prompt, req.prompt_logprobs = req.prompt_logprobs, []
     return EngineCoreOutput(
-        req.request_id, req.token_ids[-n:],
+        req.request_id, req.token_ids[len(req.token_ids) - n:],
         finish_reason=req.status.value if finished else None,
         stop_reason=req.stop_reason if finished else None,
         num_cached_tokens=max(req.num_cached_tokens, 0),
-        logprobs=logprobs[:n] if logprobs is not None else None)
+        logprobs=logprobs[:n] if logprobs is not None else None,
+        prompt_logprobs=prompt or None)

@@ -94,6 +94,11 @@ class EngineCoreOutput(msgspec.Struct):
     """One entry per new token when the request asked for logprobs."""
     error: str | None = None
     """Why the core failed it (finish_reason 'error')."""
+    prompt_logprobs: list[TokenLogprob] | None = None
+    """params.prompt_logprobs: the entries of prompt tokens 1.. (the first has
+    none), all of them, once, with the request's first output (the core holds
+    them until then, so a request moved before it recomputes them and a client
+    never gets a chunk twice)."""
 
 
 class EngineCoreOutputs(msgspec.Struct):

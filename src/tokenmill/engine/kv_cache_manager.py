@@ -7,6 +7,9 @@ Rules:
   the step that filled it), never before, so a hit always reads valid K/V;
 - a prefix hit never covers the whole prompt: the last token is recomputed so
   the request has logits to sample from;
+- a request with prompt_logprobs takes no hit past the prompt positions it has
+  reported (Request.num_prompt_logprobs: none when new): a cached position has
+  no logits. Its computed blocks are still indexed for others;
 - held blocks (disaggregated prefill: a finished prefill-only request's prompt,
   waiting for a decode engine to take it) keep their references until
   ``release_hold`` or until they expire (``HOLD_TIMEOUT_S``), so no transfer a
@@ -70,7 +73,12 @@ class KVCacheManager:
             return []
         tokens = request.token_ids
         found = []
-        for h in hash_full_blocks(tokens, self.block_size):
+        usable = len(tokens)  # tokens a hit may cover
+        if request.params.prompt_logprobs is not None and request.num_prompt_logprobs < request.num_prompt_tokens - 1:
+            usable = request.num_prompt_logprobs
+            if usable < self.block_size:
+                return []  # no lookup, so not counted in the hit-rate stats either
+        for h in hash_full_blocks(tokens[:usable], self.block_size):
             block = self.pool.lookup(h)
             if block is None:
                 break

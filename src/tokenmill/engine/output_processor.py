@@ -44,6 +44,9 @@ class RequestTextState:
         self.num_prompt_tokens = len(request.prompt_token_ids)
         self.num_output_tokens = len(earlier)
         self.num_cached_tokens = 0
+        self.prompt_logprobs_due = params.prompt_logprobs is not None and not earlier
+        """Its prompt logprobs go on its first output from the core (a resumed
+        request's went out with its earlier output)."""
 
     def process(self, new_ids: list[int], finish_reason: str | None, stop_reason,
                 logprobs: list[TokenLogprob] | None) -> RequestOutput:
@@ -72,6 +75,14 @@ class RequestTextState:
             logprobs=logprobs,
             stop_reason=stop_reason if finish_reason is not None else None,
         )
+
+    def prompt_logprobs(self, entries: list[TokenLogprob] | None) -> list[TokenLogprob | None] | None:
+        """The first output's prompt logprobs, None for the first prompt token
+        (the core sends prompt tokens 1.. with its first output); None afterwards."""
+        if not self.prompt_logprobs_due:
+            return None
+        self.prompt_logprobs_due = False
+        return [None, *(entries or [])]
 
     def failed(self, error: str) -> RequestOutput:
         return RequestOutput(
@@ -129,6 +140,7 @@ class OutputProcessor:
                 continue
             try:
                 result = state.process(out.new_token_ids, out.finish_reason, out.stop_reason, out.logprobs)
+                result.prompt_logprobs = state.prompt_logprobs(out.prompt_logprobs)
             except Exception as exc:  # detokenizer / stop strings: this request's problem only
                 log.exception("output processing failed for request %s", out.request_id)
                 result = state.failed(failure_message("output", f"{type(exc).__name__}: {exc}"))

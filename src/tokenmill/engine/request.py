@@ -13,6 +13,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
+from tokenmill.outputs import TokenLogprob
 from tokenmill.sampling_params import SamplingParams
 
 
@@ -64,11 +65,29 @@ class Request:
     num_draft_rejections: int = field(default=0, init=False)
     """Verifications that kept fewer drafts than they verified (spec/adaptive.py's acceptance estimate)."""
     num_preemptions: int = field(default=0, init=False)
+    num_prompt_logprobs: int = field(default=0, init=False)
+    """params.prompt_logprobs: prompt positions whose distribution was computed
+    (position p gives prompt token p + 1's logprob), in order; it survives
+    preemption, so a recomputed prompt reports no position twice."""
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list, init=False)
+    """The entries of those positions not yet sent (they go with the request's
+    next output, its first: sampling needs the whole prompt computed)."""
     status: RequestStatus = field(default=RequestStatus.WAITING, init=False)
     stop_reason: str | int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.token_ids = list(self.prompt_token_ids) + list(self.resumed_output_ids)
+        if self.resumed_output_ids:  # its prompt logprobs went out with its earlier output
+            self.num_prompt_logprobs = max(len(self.prompt_token_ids) - 1, 0)
+
+    def prompt_logprob_positions(self, start: int, num_new_tokens: int) -> range:
+        """Of the positions start .. start + num_new_tokens - 1 computed in a
+        step, those whose logits give a prompt token's logprob not yet reported
+        (the last prompt position predicts the first output token: not one of
+        them). Empty unless params.prompt_logprobs is set."""
+        if self.params.prompt_logprobs is None:
+            return range(0)
+        return range(max(start, self.num_prompt_logprobs), min(start + num_new_tokens, self.num_prompt_tokens - 1))
 
     @property
     def num_prompt_tokens(self) -> int:

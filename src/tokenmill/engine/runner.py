@@ -50,6 +50,11 @@ class ForwardResult:
     step_rows: dict[str, int] = field(default_factory=dict)
     """Request id -> its first row in ``step_hidden`` (its rows are consecutive:
     positions start .. start + num_new_tokens - 1)."""
+    prompt_logits: dict[str, tuple[int, torch.Tensor]] = field(default_factory=dict)
+    """Requests with prompt_logprobs: id -> (first position p, logits [n, vocab]
+    in the model dtype of positions p .. p + n - 1, row i predicting prompt
+    token p + i + 1); see Request.prompt_logprob_positions. Apart from the
+    sampled rows: normal sampling never sees them."""
 
     @staticmethod
     def concat(parts: list[ForwardResult]) -> ForwardResult:
@@ -60,7 +65,8 @@ class ForwardResult:
                 step_rows.update({rid: row + offset for rid, row in p.step_rows.items()})
                 offset += p.step_hidden.shape[0]
         return ForwardResult(torch.cat([p.logits for p in parts]), torch.cat([p.hidden for p in parts]),
-                             [s for p in parts for s in p.sampling], step_hidden, step_rows)
+                             [s for p in parts for s in p.sampling], step_hidden, step_rows,
+                             {rid: v for p in parts for rid, v in p.prompt_logits.items()})
 
 
 class ModelRunner:
@@ -87,9 +93,27 @@ class ModelRunner:
         step_hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
         hidden = step_hidden[inputs.sample_rows]
         kept = (step_hidden, inputs.first_rows) if self.keep_step_hidden else (None, {})
+        prompt = self._prompt_logits(step_hidden, out, inputs.first_rows)
         if not inputs.sampling:  # every row is a prefill chunk short of its prompt's end
-            return ForwardResult(hidden.new_empty((0, self.model.arch.vocab_size)), hidden, [], *kept)
-        return ForwardResult(self.model.compute_logits(hidden), hidden, inputs.sampling, *kept)
+            return ForwardResult(hidden.new_empty((0, self.model.arch.vocab_size)), hidden, [], *kept, prompt)
+        return ForwardResult(self.model.compute_logits(hidden), hidden, inputs.sampling, *kept, prompt)
+
+    def _prompt_logits(self, step_hidden: torch.Tensor, out: SchedulerOutput,
+                       first_rows: dict[str, int]) -> dict[str, tuple[int, torch.Tensor]]:
+        """ForwardResult.prompt_logits: one LM-head pass over the prompt rows of
+        every request that asked for prompt logprobs (step_hidden: [T, hidden])."""
+        spans = {}  # request id -> (first position, its rows in step_hidden)
+        for s in out.scheduled:
+            positions = s.request.prompt_logprob_positions(s.start, s.num_new_tokens)
+            if positions:
+                first = first_rows[s.request.request_id] + positions.start - s.start
+                spans[s.request.request_id] = (positions.start, range(first, first + len(positions)))
+        if not spans:
+            return {}
+        rows = torch.tensor([r for _, span in spans.values() for r in span], dtype=torch.long, device=self.device)
+        logits = self.model.compute_logits(step_hidden[rows])  # [sum of n, >= vocab]
+        parts = logits.split([len(span) for _, span in spans.values()])
+        return {rid: (start, part) for (rid, (start, _)), part in zip(spans.items(), parts)}
 
     def prepare(self, out: SchedulerOutput, kv: KVCacheManager) -> ModelInputs:
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]

@@ -260,6 +260,15 @@ def compute_logprobs(x: torch.Tensor, params: list[SamplingParams],
     return out
 
 
+def token_logprobs(logits: torch.Tensor, targets: list[int], n_top: int) -> list[TokenLogprob]:
+    """Prompt logprobs: logits [n, V] -> row i's log-softmax (float32) at
+    targets[i], with its n_top most likely tokens (ties in id order, as _top)."""
+    lp = torch.log_softmax(logits.float(), dim=-1)  # [n, V]
+    chosen = lp.gather(1, torch.tensor(targets, device=lp.device).view(-1, 1)).view(-1).tolist()
+    vals, ids = _top(lp, n_top)  # [n, n_top]
+    return [TokenLogprob(t, c, list(zip(i, v))) for t, c, i, v in zip(targets, chosen, ids.tolist(), vals.tolist())]
+
+
 def _top(lp: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The n largest values of each row of lp [W, V] and their ids, ties in id
     order (topk orders tied values arbitrarily, differently for different batch

@@ -161,7 +161,13 @@ class Scheduler:
         that stays valid; the K/V of rejected drafts is not counted as computed
         (their slots are rewritten by later steps), so the computed counter,
         and the prefix-cache index built from it, only ever cover accepted
-        tokens."""
+        tokens.
+
+        max_tokens=0 (scoring a prompt: prompt_logprobs): the step that computes
+        the prompt's end samples a token like any other, and it is dropped here;
+        the request ends with 'length' having generated nothing, and is listed
+        with 0 tokens appended (its output carries the prompt logprobs). This
+        keeps the runner and sampler free of a special case."""
         advanced = []
         for s in out.scheduled:
             req = s.request
@@ -173,6 +179,8 @@ class Scheduler:
                 raise ValueError(f"sampled: request {req.request_id} got {list(tokens)}; expected up to "
                                  f"{s.num_sample_rows} tokens, all but the last from its drafts")
             status, appended = None, 0
+            if s.samples and req.params.max_tokens == 0:
+                status, tokens = RequestStatus.FINISHED_LENGTH, ()
             for token in tokens:
                 req.append_token(token)
                 appended += 1
@@ -182,7 +190,7 @@ class Scheduler:
             req.num_computed_tokens = s.start + s.num_new_tokens - s.num_draft_tokens + max(appended - 1, 0)
             req.draft_token_ids = []
             self.kv.cache_computed_blocks(req)
-            if appended:
+            if appended or status is not None:
                 advanced.append((req, appended))
             if status is not None:
                 self.finish_requests([req.request_id], status)

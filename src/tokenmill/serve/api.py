@@ -19,6 +19,7 @@ from tokenmill.serve.errors import install_error_handlers
 from tokenmill.serve.middleware import BodyLimitMiddleware, RequestCounterMiddleware
 from tokenmill.serve.responses import ModelCard, ModelList
 from tokenmill.serve.state import ServerState
+from tokenmill.serve.tools import ToolConfig
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
@@ -91,11 +92,13 @@ async def metrics(request: Request) -> Response:
 
 def build_app(engine: EngineClient, *, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, max_tokens_limit: int | None = None,
-              stream_interval: int = 1) -> FastAPI:
+              stream_interval: int = 1, tool_config: ToolConfig | None = None,
+              reasoning_parser: str | None = None) -> FastAPI:
     """One app per engine; each app owns its metrics registry."""
     app = FastAPI(title="tokenmill", docs_url=None, redoc_url=None, openapi_url=None)
     state = ServerState(engine, api_key=api_key, max_tokens_limit=max_tokens_limit,
-                        stream_interval=stream_interval)
+                        stream_interval=stream_interval, tool_config=tool_config,
+                        reasoning_parser=reasoning_parser)
     app.state.tokenmill = state
     app.include_router(v1)
     app.include_router(public)

@@ -115,7 +115,7 @@ async def _collect(watcher: DisconnectWatcher, choices: list[Choice], n: int) ->
             check_output(out)
             choice.timer.observe(out)
             choice.formatter.add(out)
-        usage = Usage.of_choices([c.last for c in choices], n)
+        usage = _usage(choices, n)
         body = choices[0].formatter.response([c.formatter.choice(c.last) for c in choices], usage)
         return JSONResponse(body.model_dump(mode="json"))
     except ClientGone:
@@ -168,7 +168,7 @@ async def _sse(choices: list[Choice], n: int, include_usage: bool, interval: int
             # >= 2.4 the next send fails. Either way SSEResponse closes it and
             # the requests are aborted.
         if include_usage:
-            usage = Usage.of_choices([c.last for c in choices], n)
+            usage = _usage(choices, n)
             yield _event(choices[0].formatter.usage_chunk(usage).model_dump_json())
     except ApiError as exc:  # the engine failed a choice mid-stream: the 200 is already sent
         log.error("request %s failed mid-stream: %s", choices[0].formatter.request_id, exc.message)
@@ -180,6 +180,12 @@ async def _sse(choices: list[Choice], n: int, include_usage: bool, interval: int
         await outputs.aclose()
         await close_all(choices)
     yield "data: [DONE]\n\n"
+
+
+def _usage(choices: list[Choice], n: int) -> Usage:
+    """The answer's usage; reasoning tokens where the formatters count them (chat)."""
+    usage = Usage.of_choices([c.last for c in choices], n)
+    return usage.with_reasoning([getattr(c.formatter, "reasoning_tokens", None) for c in choices])
 
 
 def _event(payload: str) -> str:

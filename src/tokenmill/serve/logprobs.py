@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tokenmill.outputs import TokenLogprob
 from tokenmill.serve.responses import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
 
@@ -42,16 +44,19 @@ def chat_logprobs(entries: list[TokenLogprob], decode: TokenDecoder) -> ChatLogp
     return ChatLogprobs(content=content)
 
 
-def completion_logprobs(entries: list[TokenLogprob], decode: TokenDecoder,
-                        text_offset: int) -> tuple[CompletionLogprobs, int]:
+def completion_logprobs(entries: Sequence[TokenLogprob | None], decode: TokenDecoder, text_offset: int,
+                        token_ids: Sequence[int] = ()) -> tuple[CompletionLogprobs, int]:
     """Returns the logprobs and the text offset after these tokens; offsets
-    count characters from the start of the completion (no echo)."""
+    count characters from the start of the choice's text (the echoed prompt's,
+    with echo). An entry may be None (an echoed prompt's first token: nothing
+    precedes it): its token is ``token_ids[i]`` and its token_logprobs and
+    top_logprobs are null, as OpenAI returns them."""
     tokens, token_logprobs, tops, offsets = [], [], [], []
-    for entry in entries:
-        text = decode(entry.token_id)
+    for i, entry in enumerate(entries):
+        text = decode(entry.token_id if entry is not None else token_ids[i])
         tokens.append(text)
-        token_logprobs.append(entry.logprob)
-        tops.append({decode(t): lp for t, lp in entry.top})
+        token_logprobs.append(entry.logprob if entry is not None else None)
+        tops.append({decode(t): lp for t, lp in entry.top} if entry is not None else None)
         offsets.append(text_offset)
         text_offset += len(text)
     return CompletionLogprobs(tokens=tokens, token_logprobs=token_logprobs, top_logprobs=tops,

@@ -9,6 +9,8 @@ Response schemas live in ``responses.py``.
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +23,7 @@ MAX_CHOICES = 128
 """The largest ``n`` (samples per prompt), as OpenAI allows."""
 
 # Fields that change what the client gets back; ignoring them would be a lie.
-UNSUPPORTED = ("tools", "functions", "tool_choice", "function_call",
+UNSUPPORTED = ("functions", "function_call",
                "logit_bias", "suffix", "best_of", "prediction", "audio", "modalities")
 
 
@@ -47,6 +49,42 @@ class ResponseFormat(_Strict):
     json_schema: JsonSchemaFormat | None = None
 
 
+class FunctionDef(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = None
+    """A JSON schema of the arguments object."""
+    strict: bool | None = None
+
+
+class ToolDef(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: FunctionName
+
+
+class FunctionCallIn(_Strict):
+    name: str
+    arguments: str
+    """JSON text, as the API returned it."""
+
+
+class ToolCallIn(_Strict):
+    """A tool call of an earlier assistant turn, sent back by the client."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ContentPart(_Strict):
     type: str
     text: str | None = None
@@ -56,6 +94,8 @@ class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
 
     def to_template_dict(self, index: int) -> dict:
         """The plain {"role", "content"} dict a chat template expects."""
@@ -69,7 +109,21 @@ class ChatMessage(_Strict):
         message = {"role": "system" if self.role == "developer" else self.role, "content": content or ""}
         if self.name is not None:
             message["name"] = self.name
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.tool_calls:
+            message["tool_calls"] = [_template_call(call, f"messages[{index}].tool_calls[{i}]")
+                                     for i, call in enumerate(self.tool_calls)]
         return message
+
+
+def _template_call(call: ToolCallIn, param: str) -> dict:
+    """A tool call as chat templates expect it: arguments as an object (they apply tojson)."""
+    try:
+        arguments = json.loads(call.function.arguments)
+    except ValueError as exc:
+        raise RequestError(f"{param}.function.arguments", f"must be JSON text: {exc}") from exc
+    return {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": arguments}}
 
 
 class _GenerationRequest(_Strict):
@@ -145,6 +199,9 @@ class ChatCompletionRequest(_GenerationRequest):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     def requested_max_tokens(self) -> tuple[str, int | None]:
         if self.max_completion_tokens is not None:
@@ -166,11 +223,22 @@ class CompletionRequest(_GenerationRequest):
     prompt: str | list[int] | list[str] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
+    max_tokens: int | None = Field(None, ge=0)  # 0: score the prompt (echo), generate nothing
 
     def check_supported(self) -> None:
         super().check_supported()
-        if self.echo:
-            raise RequestError("echo", "echo is not supported by this server")
+        if self.max_tokens == 0 and not self.echo:
+            raise RequestError("max_tokens", "0 is allowed only with echo=true (scoring the prompt)")
+
+    def sampling_params(self, max_tokens: int, logprobs: int | None,
+                        structured: StructuredOutputsParams | None = None) -> SamplingParams:
+        """With echo, the engine also returns the prompt's logprobs when the
+        answer shows logprobs, or when max_tokens is 0 (the engine needs them
+        then: nothing else to compute)."""
+        params = super().sampling_params(max(max_tokens, 1), logprobs, structured)  # 0 needs prompt_logprobs: below
+        if not self.echo or (logprobs is None and max_tokens):
+            return params
+        return replace(params, max_tokens=max_tokens, prompt_logprobs=logprobs or 0)
 
     def prompts(self) -> list[tuple[str, str | list[int]]]:
         """(param, prompt) of each prompt of this request, a string or a list of

@@ -21,16 +21,9 @@ The tags must survive detokenization (DeepSeek-R1 marks them as non-special toke
 
 from __future__ import annotations
 
+from tokenmill.serve.markers import partial_marker_len
+
 _START, _REASONING, _CONTENT = "start", "reasoning", "content"
-
-
-def _partial_len(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that is a proper prefix of `marker` (0 if none):
-    the characters that must be held back because the next delta may complete the marker."""
-    for k in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-k:]):
-            return k
-    return 0
 
 
 class ReasoningTokenCounter:
@@ -96,7 +89,7 @@ class DeepSeekR1ReasoningParser:
         if self._state == _REASONING:
             end = text.find(self.end_tag)
             if end < 0:
-                keep = _partial_len(text, self.end_tag)
+                keep = partial_marker_len(text, self.end_tag)
                 self._held = text[len(text) - keep:]
                 return text[:len(text) - keep], ""
             self._state = _CONTENT

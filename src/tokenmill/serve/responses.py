@@ -13,11 +13,23 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails | None = None
+    """Set when the server splits reasoning out (--reasoning-parser)."""
+
+    def with_reasoning(self, counts: list[int | None]) -> Usage:
+        """These counts plus each choice's reasoning tokens (None: not counted)."""
+        if any(c is not None for c in counts):
+            self.completion_tokens_details = CompletionTokensDetails(reasoning_tokens=sum(c or 0 for c in counts))
+        return self
 
     @classmethod
     def of_choices(cls, lasts: list[RequestOutput], n: int) -> Usage:
@@ -51,7 +63,11 @@ class ChatLogprobs(BaseModel):
 
 class ChatMessageOut(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    reasoning_content: str | None = None
+    """The thinking part (--reasoning-parser); None without a parser."""
+    tool_calls: list[dict] | None = None
+    """[{"id", "type": "function", "function": {"name", "arguments": JSON text}}] when the model called tools."""
 
 
 class ChatChoice(BaseModel):
@@ -73,8 +89,8 @@ class ChatCompletionResponse(BaseModel):
 
 class ChatChunkChoice(BaseModel):
     index: int = 0
-    delta: dict[str, str]
-    """{"role": ...} and/or {"content": ...}; {} on a bare finish chunk."""
+    delta: dict
+    """Some of {"role", "content", "reasoning_content", "tool_calls": [...]}; {} on a bare finish chunk."""
     logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 
@@ -93,8 +109,9 @@ class ChatCompletionChunk(BaseModel):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]
+    """None for an echoed prompt's first token (nothing precedes it), as OpenAI does."""
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 

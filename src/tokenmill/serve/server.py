@@ -15,6 +15,7 @@ import uvicorn
 
 from tokenmill.config import EngineConfig
 from tokenmill.serve.api import DEFAULT_MAX_BODY_BYTES, build_app
+from tokenmill.serve.tools import ToolConfig
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,10 @@ class ServerOptions:
     in-flight requests (streams included) before it cancels them."""
     cluster: object | None = None
     """cluster.launch.ClusterOptions; with workers > 1 the engine is a ClusterEngine on Ray."""
+    tool_config: ToolConfig | None = None
+    """--enable-auto-tool-choice / --tool-call-parser."""
+    reasoning_parser: str | None = None
+    """--reasoning-parser."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -97,7 +102,8 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
         engine = AsyncEngine.from_config(config)
     try:
         app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
-                        max_tokens_limit=options.max_tokens_limit, stream_interval=options.stream_interval)
+                        max_tokens_limit=options.max_tokens_limit, stream_interval=options.stream_interval,
+                        tool_config=options.tool_config, reasoning_parser=options.reasoning_parser)
         print(banner(engine, url_of(sock)), flush=True)
         uv_config = uvicorn.Config(app, log_level=options.log_level,
                                    timeout_graceful_shutdown=options.shutdown_timeout_s)

@@ -18,7 +18,9 @@ from tokenmill.errors import RequestError
 from tokenmill.serve.errors import ApiError, from_validation_errors
 from tokenmill.serve.logprobs import TokenDecoder
 from tokenmill.serve.metrics import ServerMetrics
+from tokenmill.serve.reasoning import make_reasoning_parser
 from tokenmill.serve.structured import ConstraintChecker, requested_constraint
+from tokenmill.serve.tools import ToolConfig, template_messages
 from tokenmill.structured.params import StructuredOutputsParams
 
 M = TypeVar("M", bound=BaseModel)
@@ -26,7 +28,8 @@ M = TypeVar("M", bound=BaseModel)
 
 class ServerState:
     def __init__(self, engine: EngineClient, *, api_key: str | None, max_tokens_limit: int | None,
-                 stream_interval: int = 1):
+                 stream_interval: int = 1, tool_config: ToolConfig | None = None,
+                 reasoning_parser: str | None = None):
         self.engine = engine
         self.model_name = engine.model_name
         self.max_model_len = engine.max_model_len
@@ -37,6 +40,12 @@ class ServerState:
         self.max_tokens_limit = max_tokens_limit
         self.stream_interval = stream_interval
         """Tokens per SSE event of a streamed answer (serve/generation.py)."""
+        self.tool_config = tool_config or ToolConfig()
+        """--enable-auto-tool-choice / --tool-call-parser (serve/tools.py)."""
+        if reasoning_parser is not None:
+            make_reasoning_parser(reasoning_parser)  # ValueError naming the flag for an unknown name
+        self.reasoning_parser = reasoning_parser
+        """--reasoning-parser: split chat answers into reasoning_content and content."""
         self.constraints = ConstraintChecker(self.tokenizer)
         """Compiles output constraints before they reach the engine (a bad one is a 400)."""
         self.metrics = ServerMetrics(engine)
@@ -62,12 +71,17 @@ class ServerState:
             raise ApiError(404, f"the model {name!r} does not exist; this server serves {self.model_name!r}",
                            param="model", code="model_not_found")
 
-    def render_chat(self, messages: list[dict]) -> list[int]:
+    def render_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The prompt's token ids; ``tools`` go through the template when it reads
+        them, else into a system prompt (serve/tools.py)."""
         if self.tokenizer is None:
             raise RequestError("messages", "this model has no tokenizer (dummy weights): use /v1/completions "
                                "with token ids")
+        template = self.tokenizer.chat_template
+        messages = template_messages(messages, tools, template)
+        template_tools = tools if template is not None and "tools" in template else None
         try:
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=template_tools)
         except ValueError as exc:
             message = str(exc).removeprefix("messages: ")
             raise RequestError("messages", f"cannot apply the chat template: {message}") from exc

@@ -27,6 +27,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
+from tokenmill.serve.markers import partial_marker_len
+
 # One streamed item: content text, or one OpenAI `delta.tool_calls[]` entry.
 Delta = Union[str, dict]
 
@@ -62,14 +64,6 @@ def arguments_json(value: object) -> str | None:
     if not isinstance(value, dict):
         return None
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _partial_len(text: str, marker: str) -> int:
-    """Length of the longest end of `text` that is a proper prefix of `marker` (0 if none)."""
-    for k in range(min(len(text), len(marker) - 1), 0, -1):
-        if marker.startswith(text[-k:]):
-            return k
-    return 0
 
 
 def _content_or_none(text: str) -> str | None:
@@ -116,7 +110,7 @@ class ToolParser(abc.ABC):
             text, self._section = text[:start], text[start:]
             cut = len(text)
         else:
-            cut = len(text) - _partial_len(text, self.section_start)
+            cut = len(text) - partial_marker_len(text, self.section_start)
         if not self._content_sent and not text[:cut].strip():
             cut = 0  # whitespace-only content so far: nothing, if a call follows
         self._held = text[cut:]
