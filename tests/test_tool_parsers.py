@@ -204,3 +204,18 @@ def test_registry_and_unknown_name():
     assert make_tool_parser("hermes") is not make_tool_parser("hermes")
     with pytest.raises(ValueError, match="--tool-call-parser.*deepseek_v3.*hermes"):
         make_tool_parser("mistral")
+
+
+def test_forced_calls_keep_the_complete_ones_when_max_tokens_cuts_the_last():
+    from tokenmill.serve.tool_parsers.hermes import HermesToolParser
+
+    whole = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>\n'
+    cut = whole + '<tool_call>\n{"name": "f", "argu'
+    assert HermesToolParser().extract(cut)[1] == []  # free output: all or nothing
+    content, calls = HermesToolParser(drop_cut_tail=True).extract(cut)
+    assert content is None and [(c.name, c.arguments) for c in calls] == [("f", '{"a":1}')]
+    broken = '<tool_call>\n{"name": "f", "arguments": 3}\n</tool_call>\n<tool_call>\n{"name": "f'
+    assert HermesToolParser(drop_cut_tail=True).extract(broken)[1] == []  # only a cut last block is dropped
+    streamed = HermesToolParser(drop_cut_tail=True)
+    deltas = [d for ch in cut for d in streamed.feed(ch)] + streamed.finish()
+    assert streamed.has_calls and [d["function"]["arguments"] for d in deltas if "id" not in d] == ['{"a":1}']

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from tokenmill.errors import RequestError
 from tokenmill.serve.tool_parsers import make_tool_parser
 from tokenmill.serve.tool_parsers.base import ToolParser
-from tokenmill.serve.tool_parsers.hermes import CALL_END, CALL_START, tools_system_prompt
+from tokenmill.serve.tool_parsers.hermes import CALL_END, CALL_START, HermesToolParser, tools_system_prompt
 from tokenmill.structured.params import StructuredOutputsParams
 
 FORCED_PARSER = "hermes"
-"""The format ``required`` and named choices are forced into."""
+"""The format ``required`` and named choices are forced into (read back with
+HermesToolParser(drop_cut_tail=True): only a call cut by max_tokens can be invalid)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class ToolPlan:
     """The grammar forcing the calls (required / named), or None."""
 
     def new_parser(self) -> ToolParser | None:
+        if self.constraint is not None:  # forced calls: a last call cut by max_tokens is dropped, the others stand
+            return HermesToolParser(drop_cut_tail=True)
         return make_tool_parser(self.parser) if self.parser else None
 
 

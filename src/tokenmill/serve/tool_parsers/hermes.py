@@ -36,12 +36,24 @@ def _parse_block(block: str) -> ToolCall | None:
 class HermesToolParser(ToolParser):
     section_start = CALL_START
 
+    def __init__(self, drop_cut_tail: bool = False) -> None:
+        """drop_cut_tail: an unterminated last block that does not parse is dropped
+        instead of turning the output into content. For outputs a grammar forced
+        into this format (tool_choice required / named): every block is valid up
+        to where max_tokens cut it, so the complete calls stand."""
+        super().__init__()
+        self.drop_cut_tail = drop_cut_tail
+
     def parse_section(self, section: str) -> list[ToolCall]:
         calls = []
         # section starts with CALL_START, so the first piece is "" and is skipped
-        for piece in section.split(CALL_START)[1:]:
-            call = _parse_block(piece.partition(CALL_END)[0])
+        pieces = section.split(CALL_START)[1:]
+        for i, piece in enumerate(pieces):
+            block, end, _ = piece.partition(CALL_END)
+            call = _parse_block(block)
             if call is None:
+                if self.drop_cut_tail and calls and i == len(pieces) - 1 and not end:
+                    break
                 return []
             calls.append(call)
         return calls
