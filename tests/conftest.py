@@ -135,6 +135,19 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def client(server):
+    """The official openai SDK on the main server (modules with another server define their own)."""
+    import openai
+
+    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def model(client):
+    return client.models.list().data[0].id
+
+
+@pytest.fixture(scope="session")
 def guarded_auth() -> dict[str, str]:
     """Headers that pass the guarded server's --api-key."""
     return {"Authorization": f"Bearer {API_KEY}"}

@@ -10,7 +10,6 @@ import asyncio
 
 import httpx
 import openai
-import pytest
 
 MAX_TOKENS = 16
 CHATS = [
@@ -22,15 +21,6 @@ CHATS = [
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "The three primary colors are"]
 
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
 
 
 def test_health_and_models(server, client):

@@ -15,15 +15,6 @@ PROMPT_IDS = [504, 3575, 282, 4649, 314]  # PROMPT, tokenized (no BOS)
 OTHER = "Once upon a time"
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
-
 
 def check_logprobs(lp, text: str, num_prompt_tokens: int, n_top: int) -> None:
     """Prompt tokens first (the first one's logprob and alternatives null), then

@@ -24,15 +24,6 @@ LONG_TEXT = "hello " * 700  # > 512 tokens: longer than the server's context
 DISCONNECTS = 'tokenmill:aborted_requests_total{reason="client_disconnect"}'
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
-
 
 def _seeded_chat(client, model, n: int, **kwargs):
     return client.chat.completions.create(model=model, messages=CHAT, n=n, seed=1, temperature=1.0, max_tokens=6,

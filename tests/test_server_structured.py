@@ -30,15 +30,6 @@ TIME_TOOL = {"type": "function", "function": {
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.v1, api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
-
 
 def _json_schema(schema: dict) -> dict:
     return {"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}}
