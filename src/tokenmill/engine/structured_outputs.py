@@ -145,7 +145,7 @@ class StructuredOutputs:
             src.extend(range(first, first + n))
         if not idx:
             return
-        allowed = unpack_bits(masks.bits[src], logits.shape[1])  # [N, V'] bool
+        allowed = unpack_bits(masks.bits[src], logits.shape[1]).to(logits.device, non_blocking=True)  # [N, V'] bool
         logits[idx] = logits[idx].masked_fill_(~allowed, float("-inf"))
 
     def advance(self, request_id: str, tokens: list[int]) -> str | None:

@@ -1,0 +1,112 @@
+"""The engine on a CUDA GPU (skipped where there is none; CI has none).
+
+Random weights in SmolLM2-135M's shape (no checkpoint travels to a GPU machine
+here) with the embedded model's tokenizer: ``TOKENMILL_TEST_TOKENIZER`` names a
+Hugging Face tokenizer folder when the GGUF file is not installed. float32 where
+tokens are compared (no TF32: torch's default for matmuls), bf16 for a run
+that must merely work. Prints decode throughput for the record."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+import pytest
+import torch
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.sampling_params import SamplingParams
+from tokenmill.structured.params import StructuredOutputsParams as Constraint
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+PROMPTS = [list(range(100, 140)), list(range(2000, 2007)), list(range(500, 700)), [42, 43, 44, 45] * 20]
+
+
+def _tokenizer() -> str:
+    if os.environ.get("TOKENMILL_TEST_TOKENIZER"):
+        return os.environ["TOKENMILL_TEST_TOKENIZER"]
+    from tokenmill.model.embedded import embedded_gguf_path
+    return str(embedded_gguf_path())
+
+
+def _engine(dtype: str, **kw) -> LLMEngine:
+    return LLMEngine(EngineConfig(model="dummy:smollm2-135m", load_format="dummy", tokenizer=_tokenizer(),
+                                  device="cuda", dtype=dtype, seed=0, **kw))
+
+
+@pytest.fixture(scope="module")
+def fp32():
+    return _engine("float32")
+
+
+def test_greedy_and_seeded_tokens_do_not_depend_on_the_batch(fp32):
+    params = [SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True),
+              SamplingParams(max_tokens=12, temperature=1.0, seed=5, ignore_eos=True)] * 2
+    alone = [fp32.generate([p], sp)[0].token_ids for p, sp in zip(PROMPTS, params)]
+    assert [r.token_ids for r in fp32.generate(PROMPTS, params)] == alone
+    assert fp32.stats().kv_blocks_used == 0
+
+
+def test_bf16_engine_runs_and_reports_decode_speed():
+    engine = _engine("bfloat16")
+    for batch in (1, 32):
+        params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True, logprobs=1)
+        engine.generate([PROMPTS[0]] * batch, params)  # warm-up
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        results = engine.generate([PROMPTS[i % 4] for i in range(batch)], params)
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        assert all(len(r.token_ids) == 64 and all(lp.logprob <= 0 for lp in r.logprobs) for r in results)
+        print(f"\n[cuda bf16 dummy:smollm2-135m] batch {batch}: {batch * 64 / elapsed:.0f} output tok/s "
+              f"({elapsed / 64 * 1e3:.1f} ms per step incl. prefill)")
+
+
+def test_structured_outputs_hold_and_leave_other_rows_alone(fp32):
+    # Compact JSON (llguidance's x-guidance option): random weights would otherwise write
+    # newlines, which JSON allows between tokens, until max_tokens.
+    schema = {"x-guidance": {"whitespace_flexible": False}, "type": "object", "additionalProperties": False,
+              "required": ["id", "ok"],
+              "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999}, "ok": {"type": "boolean"}}}
+    plain = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    constrained = [SamplingParams(max_tokens=40, temperature=0.0, structured=Constraint(json=schema)),
+                   SamplingParams(max_tokens=16, temperature=1.0, seed=2, structured=Constraint(regex=r"\d{3}-\d{4}"))]
+    alone = fp32.generate([PROMPTS[0]], plain)[0].token_ids
+    results = fp32.generate([PROMPTS[0], PROMPTS[1], PROMPTS[2]], [plain, *constrained])
+    assert results[0].token_ids == alone
+    decode = fp32.tokenizer.decode
+    obj = json.loads(decode(results[1].token_ids))
+    assert set(obj) == {"id", "ok"} and 0 <= obj["id"] <= 999
+    assert re.fullmatch(r"\d{3}-\d{4}", decode(results[2].token_ids))
+    assert not fp32.core.structured.matchers and fp32.stats().kv_blocks_used == 0
+
+
+def test_ngram_drafts_change_no_token():
+    spec = _engine("float32", speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                                  "prompt_lookup_max": 3, "adaptive": False})
+    plain = _engine("float32")
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
+    want = [r.token_ids for r in plain.generate(PROMPTS, params)]
+    assert [r.token_ids for r in spec.generate(PROMPTS, params)] == want
+    assert spec.stats().spec_draft_tokens > 0
+
+
+def test_prompt_logprobs_chunked_equal_unchunked(fp32):
+    chunked = _engine("float32", max_num_batched_tokens=64)
+    params = SamplingParams(max_tokens=0, prompt_logprobs=2)
+
+    def scored(engine):
+        engine.add_request("p", PROMPTS[2], params)
+        out = []
+        while engine.has_unfinished_requests():
+            out += engine.step()
+        return [o for o in out if o.prompt_logprobs][0].prompt_logprobs
+
+    whole, parts = scored(fp32), scored(chunked)
+    assert len(whole) == len(parts) == len(PROMPTS[2]) and whole[0] is None
+    for a, b in zip(whole[1:], parts[1:]):
+        assert a.token_id == b.token_id and abs(a.logprob - b.logprob) < 1e-3
