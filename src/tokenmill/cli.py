@@ -14,8 +14,16 @@ import time
 
 from tokenmill.bench.cli_args import add_bench_args
 from tokenmill.bench.workloads.args import add_workload_args
-from tokenmill.cli_args import (add_cluster_args, add_engine_args, add_generate_args, add_server_args,
-                                check_server_args, cluster_options_from_args, engine_config_from_args)
+from tokenmill.cli_args import (
+    add_cluster_args,
+    add_engine_args,
+    add_generate_args,
+    add_server_args,
+    check_server_args,
+    cluster_options_from_args,
+    engine_config_from_args,
+)
+from tokenmill.sim.cli import add_sim_args, cmd_sim
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
@@ -23,7 +31,7 @@ EXIT_INTERRUPTED = 130  # the shell's code for SIGINT
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokenmill", description="tokenmill: an LLM serving stack.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,generate,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,generate,bench,sim}")
     serve = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server",
                            description="Serve a model over an OpenAI-compatible HTTP API "
                                        "(/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics).")
@@ -47,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_args(bench)
     add_workload_args(bench)
     bench.set_defaults(func=cmd_bench)
+    sim = sub.add_parser("sim", help="predict a deployment's throughput, latency and cost (no model is run)",
+                         description="Simulate our engine's scheduler over a cost model of each step on a hardware "
+                                     "profile: tokens/s (per GPU), TTFT/TPOT percentiles, peak Server QPS, cost. "
+                                     "Not yet calibrated against published results (docs/SIMULATOR.md).")
+    add_sim_args(sim)
+    sim.set_defaults(func=cmd_sim)
     return parser
 
 

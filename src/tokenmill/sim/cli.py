@@ -1,0 +1,89 @@
+"""``tokenmill sim``: predict one deployment's throughput, latency and cost.
+
+Not yet calibrated or checked against published results (docs/SIMULATOR.md):
+the figures are the cost model's and the scheduler simulation's, nothing more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tokenmill.sim.hardware import HARDWARE, get_hardware
+
+SCENARIOS = ("offline", "server", "interactive", "singlestream")
+MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1")
+"""sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
+
+
+def add_sim_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("what to simulate")
+    g.add_argument("--model", default="llama3.1-8b",
+                   help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder)")
+    g.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
+    g.add_argument("--num-gpus", type=int, default=None, help="devices in the deployment (default: one replica)")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
+    g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
+    g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
+    g.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp8", "fp4"),
+                   help="weights and GEMMs (default: the hardware's, as published runs use: fp8 Hopper, fp4 Blackwell)")
+    g.add_argument("--mtp", type=int, default=0, metavar="N", help="draft tokens verified per decode step")
+    g.add_argument("--mtp-acceptance", type=float, default=None, metavar="TOKENS",
+                   help="mean tokens accepted per decode step with --mtp (default 1 + 0.7 N)")
+    w = parser.add_argument_group("workload and scheduler")
+    w.add_argument("--scenario", choices=SCENARIOS, default="offline")
+    w.add_argument("--isl", type=int, default=1024, help="prompt tokens per request")
+    w.add_argument("--osl", type=int, default=1024, help="output tokens per request")
+    w.add_argument("--num-requests", type=int, default=2000)
+    w.add_argument("--cached-tokens", type=int, default=0, help="prompt tokens each request finds in the prefix cache")
+    w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
+                                                  "llama3.1-8b's)")
+    w.add_argument("--ttft-ms", type=float, default=None, help="p99 TTFT limit (overrides the preset)")
+    w.add_argument("--tpot-ms", type=float, default=None, help="p99 TPOT limit (overrides the preset)")
+    w.add_argument("--max-num-seqs", type=int, default=256)
+    w.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
+    w.add_argument("--json", action="store_true", help="print one JSON object")
+    w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from tokenmill.bench.presets import PRESETS
+    from tokenmill.sim.cost import Parallel
+    from tokenmill.sim.models import get_model
+    from tokenmill.sim.predict import Deployment, Workload, predict
+
+    arch, hw = get_model(args.model), get_hardware(args.hardware)
+    if args.price_per_gpu_hour is not None:
+        hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
+    parallel = Parallel(args.tp, args.ep, args.attention_dp)
+    accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
+    deployment = Deployment(args.num_gpus or parallel.devices, parallel, args.precision or hw.default_precision,
+                            args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
+                            mtp_tokens_per_step=accepted)
+    preset = args.preset or (args.model if args.model in PRESETS else "llama3.1-8b")
+    workload = Workload(args.scenario, args.isl, args.osl, args.num_requests, args.cached_tokens, preset,
+                        args.ttft_ms, args.tpot_ms)
+    figures = predict(arch, hw, deployment, workload)
+    print(json.dumps(figures, indent=2) if args.json else _table(figures))
+    return 0
+
+
+def _table(f: dict) -> str:
+    c = f["config"]
+    lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
+             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']})",
+             f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
+             f"  tokens/s           {f['tokens_per_s']:,.0f}"]
+    if f["qps"] is not None:
+        lines.append(f"  peak QPS           {f['qps']:.2f} (meeting the p99 limits)")
+    lines.append(f"  TTFT p50 / p99     {f['ttft_ms']['p50']:,.1f} / {f['ttft_ms']['p99']:,.1f} ms")
+    if f["tpot_ms"] is not None:
+        lines.append(f"  TPOT p50 / p99     {f['tpot_ms']['p50']:,.2f} / {f['tpot_ms']['p99']:,.2f} ms")
+    if f["cost_per_million_tokens"] is not None:
+        price = c["price_per_gpu_hour"]
+        lines.append(f"  $ per 1M tokens    {f['cost_per_million_tokens']:.3f} (at ${price}/GPU-hour)")
+    lines.append("  (uncalibrated: not yet checked against published results; docs/SIMULATOR.md)")
+    return "\n".join(lines)

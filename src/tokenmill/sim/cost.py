@@ -1,0 +1,269 @@
+"""What one engine step costs one device: FLOPs, bytes, communication, and time.
+
+``step_cost`` counts work from the model's shape (models.py ``ModelShape``) and one
+step's shape (shapes.py ``StepShape``); ``step_time`` turns the counts into seconds
+on a hardware profile (hardware.py) with its efficiency factors. Counting follows
+LLM-Viewer's roofline accounting; the efficiencies are where AIConfigurator and
+Vidur would put measured operator times.
+
+Parallel layout of one model replica (``Parallel``): it spans ``devices = max(tp,
+ep)`` devices. Non-expert layers (attention, dense MLPs, shared experts, LM head)
+run tensor-parallel over ``attn_tp`` devices (``tp``, or 1 with ``attention_dp``)
+and data-parallel over ``dp = devices / attn_tp`` groups, each holding 1/dp of
+the step's sequences. Routed experts are split over ``ep`` ranks and each expert
+is tensor-parallel over ``etp = devices / ep`` devices. Counts assume perfect
+balance: sequences spread evenly over dp groups, tokens evenly over experts.
+
+Units: FLOPs, bytes, seconds; every ``StepCost`` field is per device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenmill.model.protocol import ArchInfo
+from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.models import ModelShape, model_shape
+from tokenmill.sim.shapes import StepShape
+
+PRECISION_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
+"""Weight bytes per parameter. fp4 is NVFP4: 4-bit E2M1 values plus one FP8 (E4M3)
+scale per 16 values (NVIDIA NVFP4 format); fp8's 128x128 block scales (DeepSeek's)
+add 0.02% and are ignored."""
+ACT_BYTES = 2.0
+"""Activations and all-reduce payloads are bf16."""
+LOGIT_BYTES = 4.0
+"""Logits are written in fp32 for sampling."""
+
+
+@dataclass(frozen=True)
+class Parallel:
+    tp: int = 1
+    """Tensor-parallel degree of the non-expert layers (unless ``attention_dp``)."""
+    ep: int = 1
+    """Expert-parallel degree: routed experts are split over this many ranks."""
+    attention_dp: bool = False
+    """Non-expert layers run data-parallel over the replica's devices (full weights
+    on each, 1/devices of the sequences) instead of tensor-parallel: DeepSeek's
+    decode layout (SGLang's --enable-dp-attention)."""
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.ep < 1:
+            raise ValueError(f"parallel: tp and ep must be >= 1, got tp={self.tp} ep={self.ep}")
+        if max(self.tp, self.ep) % min(self.tp, self.ep):
+            raise ValueError(f"parallel: tp={self.tp} and ep={self.ep} must divide one another")
+
+    @property
+    def devices(self) -> int:
+        return max(self.tp, self.ep)
+
+    @property
+    def attn_tp(self) -> int:
+        return 1 if self.attention_dp else self.tp
+
+    @property
+    def dp(self) -> int:
+        return self.devices // self.attn_tp
+
+    @property
+    def etp(self) -> int:
+        return self.devices // self.ep
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One step's work on one device of the replica."""
+
+    gemm_flops: float
+    """Projection, MLP, expert, router and LM-head matmuls (2 x params x rows)."""
+    attention_flops: float
+    """QK^T and PV over the cached context and the step's own tokens (causal)."""
+    weight_bytes: float
+    """Weights read once per step (experts: only those some row is routed to)."""
+    kv_read_bytes: float
+    kv_write_bytes: float
+    activation_bytes: float
+    """GEMM inputs/outputs in bf16 and the fp32 logits."""
+    allreduce_bytes: float
+    """Tensor-parallel all-reduce traffic sent by this device (ring: 2(n-1)/n x payload)."""
+    alltoall_bytes: float
+    """Expert-parallel dispatch + combine traffic sent by this device."""
+    num_collectives: int
+    """Collective calls in the step (each pays the latency floor)."""
+    devices: int
+    """Devices in the replica (decides NVLink vs scale-out)."""
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes + self.activation_bytes
+
+    @property
+    def comm_bytes(self) -> float:
+        return self.allreduce_bytes + self.alltoall_bytes
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds; ``total_s = max(compute_s, memory_s) + comm_s + overhead_s``."""
+
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+    total_s: float
+
+    @property
+    def bound(self) -> str:
+        """'compute' or 'memory': the larger of the two overlapped terms."""
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+def _bytes_per_param(precision: str) -> float:
+    try:
+        return PRECISION_BYTES[precision]
+    except KeyError:
+        raise ValueError(f"--precision: unknown {precision!r}; choose from {sorted(PRECISION_BYTES)}") from None
+
+
+def expected_distinct_experts(rows: int, num_experts: int, top_k: int) -> float:
+    """Experts some row picks, each row choosing ``top_k`` distinct experts uniformly:
+    E x (1 - (1 - k/E)^rows). One row: k; many rows: E."""
+    if rows <= 0 or num_experts == 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** rows)
+
+
+def weight_bytes(arch: ArchInfo, precision: str, parallel: Parallel | None = None) -> float:
+    """Weights held (bytes): the whole model, or one device's share under ``parallel``.
+    Embeddings, LM head and routers stay at least bf16 (as in FP8/NVFP4 checkpoints)."""
+    s, bpp = model_shape(arch), _bytes_per_param(precision)
+    p = parallel or Parallel()
+    high = max(bpp, 2.0)
+    head = s.embed_params + (0 if s.tied else s.lm_head_params)
+    non_expert = (s.dense_params * bpp + (head + s.num_moe_layers * s.router_params) * high) / p.attn_tp
+    experts = s.num_moe_layers * s.num_experts * s.expert_params * bpp / p.devices
+    return non_expert + experts + s.norm_params * 2.0
+
+
+def kv_bytes_per_token(arch: ArchInfo, kv_dtype_bytes: float, parallel: Parallel | None = None) -> float:
+    """KV-cache bytes one token takes over all layers; with ``parallel``, on each device
+    holding it (GQA heads split over at most kv_heads ranks; MLA's latent is replicated)."""
+    s = model_shape(arch)
+    shard = min((parallel or Parallel()).attn_tp, s.kv_heads)
+    return s.num_layers * s.kv_values_per_token * kv_dtype_bytes / shard
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The step's rows in the terms the counts need (whole replica)."""
+
+    rows: int
+    logit_rows: int
+    decode_pairs: int
+    prefill_pairs: int
+    prefix_tokens: int
+    kv_read_tokens: int
+
+
+def _rows(shape: StepShape) -> _Rows:
+    t = shape.tokens_per_decode
+    # Row j (1..t) of a decode with context c attends c + j keys; a prefill chunk of n
+    # on context c attends n*c + n(n+1)/2 (causal, masked blocks skipped).
+    decode_pairs = sum(t * c + t * (t + 1) // 2 for c in shape.decode_contexts)
+    prefill_pairs = sum(p.num_tokens * p.context + p.num_tokens * (p.num_tokens + 1) // 2 for p in shape.prefills)
+    prefix = sum(p.context for p in shape.prefills)
+    return _Rows(rows=shape.num_tokens, logit_rows=shape.num_decodes * t + len(shape.prefills),
+                 decode_pairs=decode_pairs, prefill_pairs=prefill_pairs, prefix_tokens=prefix,
+                 kv_read_tokens=sum(shape.decode_contexts) + prefix)
+
+
+def _flops(s: ModelShape, r: _Rows, devices: int) -> tuple[float, float]:
+    """(gemm, attention) FLOPs per device."""
+    moe = s.num_moe_layers
+    per_row = s.dense_params + moe * s.router_params + moe * s.top_k * s.expert_params
+    gemm = 2.0 * (r.rows * per_row + r.logit_rows * s.lm_head_params)
+    attn = s.num_layers * (r.decode_pairs * s.pair_flops_decode + r.prefill_pairs * s.pair_flops_prefill
+                           + r.prefix_tokens * s.prefix_flops_per_token)
+    return gemm / devices, attn / devices
+
+
+def _weight_read(s: ModelShape, r: _Rows, p: Parallel, bpp: float) -> float:
+    """Weight bytes one device streams in the step: its non-expert shard, plus the
+    experts on its EP rank that at least one row is routed to (each read once)."""
+    high = max(bpp, 2.0)
+    non_expert = (s.dense_params * bpp + (s.lm_head_params + s.num_moe_layers * s.router_params) * high) / p.attn_tp
+    touched = expected_distinct_experts(r.rows, s.num_experts, s.top_k) / p.ep
+    experts = s.num_moe_layers * touched * s.expert_params * bpp / p.etp
+    return non_expert + experts
+
+
+def _activations(s: ModelShape, r: _Rows, devices: int) -> float:
+    per_row = (s.num_layers * s.attention_io + s.num_dense_layers * s.dense_mlp_io
+               + s.num_moe_layers * (s.top_k * s.expert_io + s.shared_io))
+    total = ACT_BYTES * r.rows * (per_row + s.hidden) + LOGIT_BYTES * r.logit_rows * s.vocab  # + embedding gather
+    return total / devices
+
+
+def _comm(s: ModelShape, r: _Rows, p: Parallel, precision: str) -> tuple[float, float, int]:
+    """(all-reduce bytes, all-to-all bytes, collective calls) per device.
+
+    All-reduce (ring, per device 2(n-1)/n x payload): after attention and after each
+    dense MLP over attn_tp for the group's rows/dp; after each MoE layer over etp when
+    experts are tensor-split (payload rows x etp/devices). All-to-all per MoE layer
+    when ep > 1: each device dispatches its rows/devices tokens to top_k experts, a
+    fraction (ep-1)/ep of them remote, and gets as much back in combine. Dispatch
+    goes in fp8 for fp8/fp4 models (DeepEP's low-latency kernels), combine in bf16."""
+    def ring(n: int, rows: float) -> float:
+        return 2.0 * (n - 1) / n * rows * s.hidden * ACT_BYTES
+
+    ar, calls = 0.0, 0
+    if p.attn_tp > 1:
+        layers = s.num_layers + s.num_dense_layers
+        ar += layers * ring(p.attn_tp, r.rows / p.dp)
+        calls += layers
+    if s.num_moe_layers and p.etp > 1:
+        ar += s.num_moe_layers * ring(p.etp, r.rows * p.etp / p.devices)
+        calls += s.num_moe_layers
+    a2a = 0.0
+    if s.num_moe_layers and p.ep > 1:
+        dispatch = 1.0 if precision in ("fp8", "fp4") else ACT_BYTES
+        sent = r.rows / p.devices * s.top_k * s.hidden * (p.ep - 1) / p.ep
+        a2a = s.num_moe_layers * sent * (dispatch + ACT_BYTES)
+        calls += 2 * s.num_moe_layers
+    return ar, a2a, calls
+
+
+def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: str,
+              kv_dtype_bytes: float) -> StepCost:
+    """One step of ``shape`` (the whole replica's rows) as seen by one of its devices."""
+    s, bpp, r, p = model_shape(arch), _bytes_per_param(precision), _rows(shape), parallel
+    gemm, attn = _flops(s, r, p.devices)
+    kv_token = s.num_layers * s.kv_values_per_token * kv_dtype_bytes / p.dp / min(p.attn_tp, s.kv_heads)
+    ar, a2a, calls = _comm(s, r, p, precision)
+    return StepCost(gemm_flops=gemm, attention_flops=attn, weight_bytes=_weight_read(s, r, p, bpp),
+                    kv_read_bytes=kv_token * r.kv_read_tokens, kv_write_bytes=kv_token * r.rows,
+                    activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
+                    num_collectives=calls, devices=p.devices)
+
+
+def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
+    """Seconds for ``cost`` on ``hardware``.
+
+    Rule: compute and memory traffic overlap (the slower one bounds the step);
+    communication does not (TP all-reduces and EP all-to-alls sit between layers on
+    the critical path; overlap tricks such as two-batch overlap are not modelled), and
+    neither does the fixed per-step overhead. GEMMs run at ``precision``; attention at
+    bf16. A replica larger than the NVLink domain communicates at scale-out bandwidth."""
+    if precision not in hardware.flops:
+        raise ValueError(f"--precision: {hardware.name} has no {precision!r} tensor cores; "
+                         f"choose from {sorted(hardware.flops)}")
+    eff = hardware.efficiency
+    attn_rate = hardware.flops.get("bf16", hardware.flops[precision])
+    compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm)
+               + cost.attention_flops / (attn_rate * eff.attention))
+    memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
+    link = hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw
+    comm = cost.comm_bytes / (link * eff.comm) + cost.num_collectives * eff.collective_latency_s
+    overhead = eff.step_overhead_s
+    return StepTime(compute_s=compute, memory_s=memory, comm_s=comm, overhead_s=overhead,
+                    total_s=max(compute, memory) + comm + overhead)

@@ -1,0 +1,188 @@
+"""The models the simulator prices, and their shapes in the cost model's terms.
+
+``get_model(name)`` accepts a name in ``SIM_MODELS`` (real published shapes), any
+``dummy:<preset>`` of the model registry, or a path to a HF config.json (or the
+directory holding it), parsed by the registry's own config parser
+(model/loaders/dummy.py ``dummy_arch``). No weights are ever loaded.
+
+``model_shape(arch)`` turns a ``ModelArch`` (Llama family, Mixtral) or a
+``DeepseekArch`` (MLA + MoE) into ``ModelShape``: per-layer parameter counts and
+matrix widths, the only thing cost.py reads. gpt-oss-120b is not included (its
+attention sinks and alternating sliding window need their own arch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenmill.model.arch import ModelArch
+from tokenmill.model.deepseek_arch import DeepseekArch
+from tokenmill.model.deepseek_presets import DEEPSEEK_PRESETS
+from tokenmill.model.protocol import ArchInfo
+
+_LLAMA31_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def _llama31(hidden: int, intermediate: int, layers: int, heads: int) -> ModelArch:
+    """Llama 3.1 / 3.3 shape: 8 KV heads, head_dim 128, vocab 128256, untied head."""
+    return ModelArch(family="llama", vocab_size=128256, hidden_size=hidden, intermediate_size=intermediate,
+                     num_layers=layers, num_heads=heads, num_kv_heads=8, head_dim=hidden // heads,
+                     rms_norm_eps=1e-5, rope_theta=500000.0, max_position_embeddings=131072,
+                     tie_word_embeddings=False, rope_scaling=dict(_LLAMA31_SCALING), bos_token_id=128000,
+                     eos_token_ids=(128001, 128008, 128009))
+
+
+SIM_MODELS: dict[str, ArchInfo] = {
+    # config.json of meta-llama/Llama-3.1-8B-Instruct, -3.1-405B-Instruct, -3.3-70B-Instruct on the HF Hub
+    # (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads; num_key_value_heads 8,
+    # vocab_size 128256, rope_theta 500000, llama3 rope scaling factor 8).
+    "llama3.1-8b": _llama31(hidden=4096, intermediate=14336, layers=32, heads=32),
+    "llama3.3-70b": _llama31(hidden=8192, intermediate=28672, layers=80, heads=64),
+    "llama3.1-405b": _llama31(hidden=16384, intermediate=53248, layers=126, heads=128),
+    # deepseek-ai/DeepSeek-R1 config.json, already a registry preset (model/deepseek_presets.py).
+    "deepseek-r1": DEEPSEEK_PRESETS["deepseek-r1"],
+}
+"""Published shapes by simulator name."""
+
+
+def get_model(name: str) -> ArchInfo:
+    """A ``SIM_MODELS`` name, ``dummy:<preset>``, or a config.json path (file or directory)."""
+    if name in SIM_MODELS:
+        return SIM_MODELS[name]
+    from tokenmill.model.loaders.dummy import dummy_arch  # imports torch: only when needed
+
+    if name.startswith("dummy:"):
+        return dummy_arch(name.removeprefix("dummy:"))
+    if Path(name).exists():
+        return dummy_arch(name)
+    raise ValueError(f"--model: unknown {name!r}; use one of {sorted(SIM_MODELS)}, "
+                     "dummy:<preset>, or a path to a HF config.json")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """One model's per-layer sizes. Parameter counts are elements (not bytes); an
+    ``*_io`` width is the sum over a block's GEMMs of input + output widths, i.e.
+    activation elements one row reads and writes through that block."""
+
+    num_layers: int
+    hidden: int
+    vocab: int
+    attention_params: int
+    """Per layer: every attention projection (MLA: with its two latent norms)."""
+    num_dense_layers: int
+    dense_mlp_params: int
+    """Per dense layer: gate, up, down."""
+    num_moe_layers: int
+    num_experts: int
+    top_k: int
+    expert_params: int
+    """One routed expert: gate, up, down."""
+    shared_params: int
+    """Per MoE layer: the shared experts, computed as one dense MLP."""
+    router_params: int
+    """Per MoE layer: the router gate [num_experts, hidden]."""
+    embed_params: int
+    lm_head_params: int
+    """Read every step even when tied to the embedding (then counted once in memory)."""
+    tied: bool
+    norm_params: int
+    """Every RMSNorm weight outside the attention block (model total)."""
+    mla: bool
+    kv_heads: int
+    """KV heads a tensor-parallel split can shard (MLA: 1, its latent is replicated)."""
+    kv_values_per_token: int
+    """KV-cache elements one token takes in one layer (GQA: 2 x kv_heads x head_dim;
+    MLA: kv_lora_rank + qk_rope_head_dim)."""
+    pair_flops_decode: int
+    """FLOPs per attended (query row, cached key) pair per layer in decode (MLA: absorbed form)."""
+    pair_flops_prefill: int
+    """The same for prefill rows (MLA: per-head K/V materialised)."""
+    prefix_flops_per_token: int
+    """Per layer, per cached token a prefill chunk attends over (MLA: re-expanding the
+    latent through kv_b_proj); 0 for GQA, whose cache already holds K and V."""
+    attention_io: int
+    dense_mlp_io: int
+    expert_io: int
+    shared_io: int
+
+    @property
+    def dense_params(self) -> int:
+        """Non-expert parameters of the decoder layers (attention, dense MLPs, shared experts)."""
+        return (self.num_layers * self.attention_params + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * self.shared_params)
+
+    def total_params(self) -> int:
+        """Every parameter, embeddings included once when tied (equals ``arch.num_params()``)."""
+        moe = self.num_moe_layers * (self.num_experts * self.expert_params + self.router_params)
+        head = 0 if self.tied else self.lm_head_params
+        return self.dense_params + moe + self.embed_params + head + self.norm_params
+
+
+def model_shape(arch: ArchInfo) -> ModelShape:
+    """The shape of a Llama-family or DeepSeek-V3 arch; ValueError for another family."""
+    if isinstance(arch, ModelArch):
+        return _llama_shape(arch)
+    if isinstance(arch, DeepseekArch):
+        return _deepseek_shape(arch)
+    raise ValueError(f"sim: no cost model for {type(arch).__name__} ({arch.family}); "
+                     "supported: ModelArch (Llama family, Mixtral), DeepseekArch")
+
+
+def _mlp(h: int, width: int) -> tuple[int, int]:
+    """(params, io width) of a gated MLP: gate+up [h -> 2w], down [w -> h]."""
+    return 3 * h * width, (h + 2 * width) + (width + h)
+
+
+def _llama_shape(a: ModelArch) -> ModelShape:
+    h, q, kv = a.hidden_size, a.q_size, a.kv_size
+    mlp, mlp_io = _mlp(h, a.intermediate_size)
+    moe = a.moe
+    expert, expert_io = _mlp(h, moe.intermediate_size) if moe else (0, 0)
+    return ModelShape(
+        num_layers=a.num_layers, hidden=h, vocab=a.vocab_size,
+        attention_params=h * (q + 2 * kv) + q * h,
+        num_dense_layers=0 if moe else a.num_layers, dense_mlp_params=0 if moe else mlp,
+        num_moe_layers=a.num_layers if moe else 0, num_experts=moe.num_experts if moe else 0,
+        top_k=moe.top_k if moe else 0, expert_params=expert, shared_params=0,
+        router_params=moe.num_experts * h if moe else 0,
+        embed_params=a.vocab_size * h, lm_head_params=a.vocab_size * h, tied=a.tie_word_embeddings,
+        norm_params=a.num_layers * 2 * h + h, mla=False, kv_heads=a.num_kv_heads,
+        kv_values_per_token=2 * kv,
+        # QK^T and PV: 2 FLOPs per multiply-add, head_dim each, for every query head.
+        pair_flops_decode=4 * q, pair_flops_prefill=4 * q, prefix_flops_per_token=0,
+        attention_io=(h + q + 2 * kv) + (q + h), dense_mlp_io=0 if moe else mlp_io,
+        expert_io=expert_io, shared_io=0,
+    )
+
+
+def _deepseek_shape(a: DeepseekArch) -> ModelShape:
+    h, H, m = a.hidden_size, a.num_heads, a.moe
+    qk, lora, v = a.qk_head_dim, a.kv_lora_rank, a.v_head_dim
+    if a.q_lora_rank:
+        q_params = h * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * H * qk
+        q_io = (h + a.q_lora_rank) + (a.q_lora_rank + H * qk)
+    else:
+        q_params, q_io = h * H * qk, h + H * qk
+    kv_b = lora * H * (a.qk_nope_head_dim + v)  # latent -> per-head K_nope and V
+    mlp, mlp_io = _mlp(h, a.intermediate_size)
+    expert, expert_io = _mlp(h, m.intermediate_size)
+    shared, shared_io = _mlp(h, m.intermediate_size * m.num_shared_experts)
+    moe_layers = a.num_layers - a.first_k_dense_replace
+    return ModelShape(
+        num_layers=a.num_layers, hidden=h, vocab=a.vocab_size,
+        attention_params=q_params + h * a.latent_dim + lora + kv_b + H * v * h,
+        num_dense_layers=a.first_k_dense_replace, dense_mlp_params=mlp,
+        num_moe_layers=moe_layers, num_experts=m.num_experts, top_k=m.top_k, expert_params=expert,
+        shared_params=shared, router_params=m.num_experts * h,
+        embed_params=a.vocab_size * h, lm_head_params=a.vocab_size * h, tied=a.tie_word_embeddings,
+        norm_params=a.num_layers * 2 * h + h, mla=True, kv_heads=1, kv_values_per_token=a.latent_dim,
+        # Absorbed decode (DeepSeek-V2 paper, sec. 2.1.3): scores over the latent + rope dims,
+        # values over the latent, per head. Prefill: ordinary attention with qk_head_dim / v_head_dim.
+        pair_flops_decode=2 * H * (a.latent_dim + lora), pair_flops_prefill=2 * H * (qk + v),
+        prefix_flops_per_token=2 * kv_b,
+        attention_io=q_io + (h + a.latent_dim) + (lora + H * (a.qk_nope_head_dim + v)) + (H * v + h),
+        dense_mlp_io=mlp_io, expert_io=expert_io, shared_io=shared_io,
+    )

@@ -1,0 +1,118 @@
+"""One deployment, one scenario -> the figures ``tokenmill sim`` prints.
+
+A deployment is ``num_gpus / devices`` identical replicas (data parallel), each
+``Parallel(tp, ep, attention_dp)`` over its devices, each running our engine's
+scheduler (serving.py) over step times from the cost model (cost.py) on a
+hardware profile (hardware.py). The load splits evenly over replicas, so one
+replica is simulated and its figures scaled. KV capacity per device is what
+the memory fraction leaves after the weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
+from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.scenarios import find_peak_qps, limits_s, offline_requests, server_requests, single_stream
+from tokenmill.sim.serving import SimConfig, SimResult, simulate
+from tokenmill.sim.shapes import StepShape
+
+PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
+"""KV cache bytes per value by weight precision (FP8 KV with FP8/FP4 weights, as the published runs use)."""
+
+
+@dataclass(frozen=True)
+class Deployment:
+    num_gpus: int
+    parallel: Parallel
+    precision: str
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    memory_fraction: float = 0.9
+    """Of each device's memory, for weights + KV cache (the rest: activations, runtime)."""
+    mtp_depth: int = 0
+    """Draft tokens verified per decode step (speculative decoding / MTP)."""
+    mtp_tokens_per_step: float = 1.0
+    """Mean tokens accepted per decode step (1 + accepted drafts)."""
+
+    @property
+    def replicas(self) -> int:
+        return self.num_gpus // self.parallel.devices
+
+
+@dataclass(frozen=True)
+class Workload:
+    scenario: str
+    """offline | server | interactive | singlestream."""
+    isl: int
+    osl: int
+    num_requests: int = 2000
+    cached_tokens: int = 0
+    """Prompt tokens each request finds in the prefix cache."""
+    preset: str = "llama3.1-8b"
+    """Latency limits (bench presets) for server / interactive."""
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
+def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
+    """KV blocks per replica; ValueError naming the flag when it cannot run."""
+    if d.num_gpus % d.parallel.devices:
+        raise ValueError(f"--num-gpus: {d.num_gpus} is not a multiple of the replica's {d.parallel.devices} devices")
+    weights = weight_bytes(arch, d.precision, d.parallel)
+    room = hw.memory_bytes * d.memory_fraction - weights
+    if room <= 0:
+        raise ValueError(f"--tp/--ep: {weights / 1e9:.1f} GB of weights per device do not fit in "
+                         f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise --tp or --ep")
+    per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], d.parallel)
+    return int(room / (per_token * d.block_size))
+
+
+def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
+    """The figures of one run: throughput, latency percentiles, cost, and the deployment."""
+    blocks = check_deployment(arch, hw, d)
+    kv_bytes = PRECISION_BYTES_KV[d.precision]
+
+    def seconds(shape: StepShape) -> float:
+        return step_time(step_cost(arch, shape, d.parallel, d.precision, kv_bytes), hw, d.precision).total_s
+
+    config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=d.max_num_batched_tokens,
+                       num_kv_blocks=blocks, block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
+                       draft_tokens=d.mtp_depth)
+    qps = None
+    if w.scenario == "offline":
+        result = simulate(offline_requests(w.num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens), seconds,
+                          config)
+    elif w.scenario == "singlestream":
+        result = single_stream(min(w.num_requests, 64), w.isl, w.osl, seconds, config)
+    else:
+        limits = limits_s(w.preset, w.scenario)
+        limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
+        qps, result = find_peak_qps(lambda q: server_requests(q, w.isl, w.osl, num_requests=w.num_requests,
+                                                              cached_tokens=w.cached_tokens),
+                                    seconds, config, limits)
+    return _figures(result, hw, d, w, blocks, qps)
+
+
+def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None) -> dict:
+    per_replica = result.output_tokens_per_s
+    total = per_replica * d.replicas
+    per_gpu = total / d.num_gpus
+    cost = hw.price_per_hour * d.num_gpus / (total * 3600) * 1e6 if total else None
+    tpot = result.tpot_ms
+    return {
+        "tokens_per_s_per_gpu": per_gpu, "tokens_per_s": total,
+        "ttft_ms": {"p50": result.ttft_ms.p50, "p99": result.ttft_ms.p99},
+        "tpot_ms": {"p50": tpot.p50, "p99": tpot.p99} if tpot is not None else None,
+        "qps": qps * d.replicas if qps is not None else None,
+        "cost_per_million_tokens": cost,
+        "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
+                   **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
+                   "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
+                   "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
+                   "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "num_requests": w.num_requests,
+                   "price_per_gpu_hour": hw.price_per_hour},
+        "mean_batch_size": result.mean_batch_size,
+    }

@@ -1,0 +1,412 @@
+"""The serving simulation: our scheduler's rules (engine/scheduler.py) run
+over step times from a cost model, one event per engine step.
+
+The clock advances by ``step_time(StepShape)`` per step; requests join the
+waiting queue at the start of the first step that begins at or after their
+arrival, and when nothing is waiting or running the clock jumps to the next
+arrival. Each step schedules as ``Scheduler.schedule`` does:
+
+- running requests first, oldest first, each taking ``min(pending + drafts,
+  budget)`` tokens, so decodes and prefill chunks share the step;
+- a running request short of KV blocks preempts the newest running request
+  (recompute: its blocks are freed, its computed counter drops to 0, its
+  output is kept) until it fits or preempts itself; a step that preempted
+  admits nobody;
+- then waiting requests, front first, while budget, ``max_num_seqs`` and free
+  blocks allow; a prompt longer than what is left of the budget takes the rest
+  (chunked prefill);
+- after the step, ``Scheduler.update``'s counter rule: computed = start +
+  scheduled - drafts + accepted drafts; a request samples when the step
+  reaches its last token, so its first token comes at the end of the step
+  that finishes its prompt.
+
+Speculative decoding follows spec/drafting.py: a running request whose only
+pending token is its last is "ready" and verifies ``min(draft_tokens, output
+left - 1)`` drafts. Acceptance is deterministic fractional accumulation: each
+verification adds ``tokens_per_step`` to the request's credit and emits
+``floor(credit)`` tokens (at most its verified rows), keeping the fraction;
+2.4 emits 2, 2, 3, 2, 3, ... Deterministic, so a run is reproducible and two
+configurations compare without sampling noise.
+
+What the simulation does not model: prefix sharing between live requests
+(``cached_tokens`` is a hit at admission whose blocks are counted as the
+request's own: exact when no running request holds them, an upper bound on
+KV use otherwise), prefix hits on a preempted request's own blocks (a
+recompute starts again from ``cached_tokens``), stop tokens (every request
+produces exactly ``output_tokens``), and time spent outside steps.
+
+State lives in per-request numpy arrays; a step costs a few vectorized
+operations over the running batch plus Python work per admission or
+preemption, never a scan over all requests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from tokenmill.bench.results import Percentiles
+from tokenmill.sim.shapes import PrefillChunk, StepShape
+
+StepTime = Callable[[StepShape], float]
+"""Seconds one engine step takes (the cost model)."""
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    """Tokens it generates (no stop token ends it early)."""
+    cached_tokens: int = 0
+    """Prompt tokens the prefix cache holds at admission; rounded down to whole
+    blocks and never the whole prompt, as KVCacheManager.find_prefix does."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    """Token budget of one step (rows of the forward pass)."""
+    num_kv_blocks: int
+    block_size: int = 16
+    tokens_per_step: float = 1.0
+    """Mean tokens a ready request emits per verification (1 + accepted drafts),
+    in [1, 1 + draft_tokens]; e.g. 2.4 for MTP with 3 drafts."""
+    draft_tokens: int = 0
+    """Drafts a ready request verifies per step (StepShape.tokens_per_decode - 1)."""
+    chunked_prefill: bool = True
+    """False: a waiting request is admitted only when its whole prompt fits in
+    what is left of the step's budget (a recompute longer than the whole budget
+    is still chunked when it is the step's first work, or it could never run)."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.draft_tokens < 0:
+            raise ValueError(f"draft_tokens: must be >= 0, got {self.draft_tokens}")
+        if not 1.0 <= self.tokens_per_step <= 1 + self.draft_tokens:
+            raise ValueError(f"tokens_per_step: must be in [1, 1 + draft_tokens = {1 + self.draft_tokens}], "
+                             f"got {self.tokens_per_step}")
+
+
+@dataclass
+class SimResult:
+    """Per-request arrays are in the order the requests were given; times in seconds."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    """When its last token was emitted (end of that step)."""
+    output_tokens: np.ndarray
+    """Tokens each request generated (its ``output_tokens`` once it finished)."""
+    steps: int
+    preemptions: int
+    scheduled_seqs: int
+    """Sequences scheduled, summed over steps."""
+    scheduled_tokens: int
+    """Rows computed, summed over steps."""
+    busy_s: float
+    """Time spent in steps (the rest of the duration the engine sat idle)."""
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """(last token - first token) / (tokens - 1); NaN for one-token requests."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
+        return np.where(self.output_tokens > 1, t, np.nan)
+
+    @property
+    def duration_s(self) -> float:
+        """First arrival to last finish (as bench/metrics.py measures a run)."""
+        return max(float(self.finish_s.max() - self.arrival_s.min()), 1e-12)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        return float(self.output_tokens.sum()) / self.duration_s
+
+    @property
+    def requests_per_s(self) -> float:
+        return len(self.output_tokens) / self.duration_s
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.scheduled_seqs / max(self.steps, 1)
+
+    @property
+    def mean_tokens_per_step(self) -> float:
+        return self.scheduled_tokens / max(self.steps, 1)
+
+    @cached_property
+    def ttft_ms(self) -> Percentiles:
+        """Same percentile rule and units as the benchmark's Metrics.ttft_ms."""
+        return Percentiles.of(self.ttft_s.tolist())
+
+    @cached_property
+    def tpot_ms(self) -> Percentiles | None:
+        tpot = self.tpot_s
+        return Percentiles.of(tpot[~np.isnan(tpot)].tolist())
+
+    def meets(self, ttft_p99_s: float, tpot_p99_s: float) -> bool:
+        """MLPerf Server validity: p99 TTFT and p99 TPOT within the limits."""
+        tpot_ok = self.tpot_ms is None or self.tpot_ms.p99 <= tpot_p99_s * 1e3
+        return self.ttft_ms.p99 <= ttft_p99_s * 1e3 and tpot_ok
+
+
+def simulate(requests: Iterable[SimRequest], step_time: StepTime, config: SimConfig) -> SimResult:
+    """Run the requests to completion through our scheduler's rules."""
+    return _Sim(list(requests), config).run(step_time)
+
+
+@dataclass
+class _Step:
+    """What one step schedules, in scheduling order (running, then admitted)."""
+
+    ids: np.ndarray
+    start: np.ndarray
+    """Computed tokens when scheduled: the first position computed this step."""
+    num: np.ndarray
+    """Positions computed this step (the last ``drafts`` of them are drafts)."""
+    drafts: np.ndarray
+    preempted: bool = field(default=False)
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class _Sim:
+    def __init__(self, requests: list[SimRequest], cfg: SimConfig):
+        if not requests:
+            raise ValueError("requests: need at least one")
+        self.cfg = cfg
+        self.arrival = np.array([r.arrival_s for r in requests], dtype=float)
+        self.prompt = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
+        self.out_n = np.array([r.output_tokens for r in requests], dtype=np.int64)
+        cached = np.array([r.cached_tokens for r in requests], dtype=np.int64)
+        self._validate(cached)
+        bs = cfg.block_size
+        blocks = cached // bs
+        self.cached = np.where(blocks * bs >= self.prompt, blocks - 1, blocks) * bs  # keep >= 1 token to compute
+        n = len(requests)
+        self.ntok = self.prompt.copy()  # prompt + output so far
+        self.computed = np.zeros(n, dtype=np.int64)
+        self.held = np.zeros(n, dtype=np.int64)  # blocks held; 0 while waiting
+        self.gen = np.zeros(n, dtype=np.int64)
+        self.credit = np.zeros(n)  # fractional tokens owed by speculative acceptance
+        self.first = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.order = np.argsort(self.arrival, kind="stable")
+        self.free = cfg.num_kv_blocks
+        self.run_ids = _EMPTY  # running requests, oldest admission first
+        self.waiting: deque[int] = deque()
+        self.preemptions = 0
+
+    def _validate(self, cached: np.ndarray) -> None:
+        cfg = self.cfg
+        if not np.all(np.isfinite(self.arrival)):
+            raise ValueError("arrival_s: must be finite")
+        if self.prompt.min() < 1 or self.out_n.min() < 1:
+            raise ValueError("prompt_tokens and output_tokens: must be >= 1")
+        if cached.min() < 0 or np.any(cached > self.prompt):
+            raise ValueError("cached_tokens: must be in [0, prompt_tokens]")
+        # The longest allocation covers every position but the last token's
+        # (drafts are capped by the output left): prompt + output - 1.
+        need = -(-(self.prompt + self.out_n - 1) // cfg.block_size)
+        if need.max() > cfg.num_kv_blocks:
+            raise ValueError(f"num_kv_blocks: a request needs {need.max()} blocks alone, "
+                             f"only {cfg.num_kv_blocks} exist (it could never finish)")
+        if not cfg.chunked_prefill and self.prompt.max() > cfg.max_num_batched_tokens:
+            raise ValueError(f"prompt_tokens: {self.prompt.max()} exceeds max_num_batched_tokens "
+                             f"{cfg.max_num_batched_tokens} without chunked prefill")
+
+    # ---- the loop ----
+
+    def run(self, step_time: StepTime) -> SimResult:
+        total, nxt, t = len(self.order), 0, float(self.arrival[self.order[0]])
+        steps = seqs = tokens = 0
+        busy = 0.0
+        idle_steps = 0
+        while True:
+            while nxt < total and self.arrival[self.order[nxt]] <= t:
+                self.waiting.append(int(self.order[nxt]))
+                nxt += 1
+            if not self.run_ids.size and not self.waiting:
+                if nxt == total:
+                    break
+                t = float(self.arrival[self.order[nxt]])
+                continue
+            step = self._schedule()
+            if not step.ids.size:  # only a preempting step can schedule nothing
+                idle_steps += 1
+                if idle_steps > len(self.order) + 1:
+                    raise RuntimeError("simulation made no progress")
+                continue
+            idle_steps = 0
+            dt = float(step_time(self._shape(step)))
+            if not (dt >= 0 and math.isfinite(dt)):
+                raise ValueError(f"step_time: returned {dt}; need finite seconds >= 0")
+            t += dt
+            busy += dt
+            steps += 1
+            seqs += step.ids.size
+            tokens += int(step.num.sum())
+            self._update(step, t)
+        return SimResult(self.arrival, self.first, self.finish, self.gen, steps, self.preemptions,
+                         seqs, tokens, busy)
+
+    # ---- schedule (Scheduler.schedule) ----
+
+    def _schedule(self) -> _Step:
+        budget = self.cfg.max_num_batched_tokens
+        step = self._schedule_running(budget)
+        budget -= int(step.num.sum())
+        if not step.preempted:
+            admitted = self._admit(budget, step.ids.size)
+            if admitted:
+                ids, start, num = (np.array(col, dtype=np.int64) for col in zip(*admitted))
+                step = _Step(np.concatenate([step.ids, ids]), np.concatenate([step.start, start]),
+                             np.concatenate([step.num, num]), np.concatenate([step.drafts, np.zeros_like(ids)]))
+                self.run_ids = np.concatenate([self.run_ids, ids])
+        return step
+
+    def _drafts(self, ids: np.ndarray, real: np.ndarray) -> np.ndarray:
+        """Drafts each running request verifies (spec/drafting.py: ready ones only, capped by output left)."""
+        d = self.cfg.draft_tokens
+        if not d:
+            return np.zeros_like(real)
+        cap = np.clip(self.out_n[ids] - self.gen[ids] - 1, 0, d)
+        return np.where(real == 1, cap, 0)
+
+    def _schedule_running(self, budget: int) -> _Step:
+        ids = self.run_ids
+        if not ids.size:
+            return _Step(_EMPTY, _EMPTY, _EMPTY, _EMPTY)
+        start = self.computed[ids]
+        real = self.ntok[ids] - start  # >= 1: finished requests leave the running list
+        want = real + self._drafts(ids, real)
+        before = np.cumsum(want) - want  # budget used by the requests ahead
+        k = int(np.searchsorted(before, budget))  # the first k still find budget left
+        ids, start, real = ids[:k], start[:k], real[:k]
+        num = np.minimum(want[:k], budget - before[:k])
+        need = np.maximum(-(-(start + num) // self.cfg.block_size) - self.held[ids], 0)
+        cum = np.cumsum(need)
+        j = int(np.searchsorted(cum, self.free, side="right"))  # the first j get their blocks
+        self.held[ids[:j]] += need[:j]
+        self.free -= int(cum[j - 1]) if j else 0
+        drafts = np.maximum(num - real, 0) if self.cfg.draft_tokens else np.zeros_like(num)
+        head = _Step(ids[:j], start[:j], num[:j], drafts[:j])
+        if j < k:  # request j is short of blocks: go on one by one, preempting
+            return self._schedule_running_preempting(head, budget - int(num[:j].sum()))
+        return head
+
+    def _schedule_running_preempting(self, head: _Step, budget: int) -> _Step:
+        """Scheduler._schedule_running's loop from the first request short of
+        blocks on (``head``: those before it, already given theirs). Victims
+        come from the tail, behind the request being scheduled, so ``head``
+        stands."""
+        running = self.run_ids.tolist()
+        out: list[tuple[int, int, int, int]] = []
+        preempted = False
+        i = head.ids.size
+        while i < len(running) and budget > 0:
+            r = running[i]
+            start, real = int(self.computed[r]), int(self.ntok[r] - self.computed[r])
+            drafts = int(self._drafts(np.array([r]), np.array([real]))[0])
+            num = min(real + drafts, budget)
+            need = max(-(-(start + num) // self.cfg.block_size) - int(self.held[r]), 0)
+            while need > self.free:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted = True
+                if victim == r:
+                    break
+            else:
+                self.held[r] += need
+                self.free -= need
+                out.append((r, start, num, max(num - real, 0)))
+                budget -= num
+                i += 1
+        self.run_ids = np.array(running, dtype=np.int64)
+        cols = [np.array(c, dtype=np.int64) for c in zip(*out)] if out else [_EMPTY] * 4
+        return _Step(*(np.concatenate([h, c]) for h, c in zip((head.ids, head.start, head.num, head.drafts), cols)),
+                     preempted=preempted)
+
+    def _preempt(self, r: int) -> None:
+        self.free += int(self.held[r])
+        self.held[r] = 0
+        self.computed[r] = 0  # output so far is kept: the recompute covers prompt + output
+        self.waiting.appendleft(r)
+        self.preemptions += 1
+
+    def _admit(self, budget: int, num_scheduled: int) -> list[tuple[int, int, int]]:
+        """Scheduler._admit_waiting: returns (request, start, tokens) per admission."""
+        cfg = self.cfg
+        room = cfg.max_num_seqs - self.run_ids.size
+        out: list[tuple[int, int, int]] = []
+        while self.waiting and budget > 0 and len(out) < room:
+            r = self.waiting[0]
+            cached = int(self.cached[r])
+            pending = int(self.ntok[r]) - cached
+            num = min(pending, budget)
+            if not cfg.chunked_prefill and num < pending and (num_scheduled or out):
+                break
+            need = -(-(cached + num) // cfg.block_size)
+            if need > self.free:
+                break
+            self.waiting.popleft()
+            self.computed[r] = cached
+            self.held[r] = need
+            self.free -= need
+            out.append((r, cached, num))
+            budget -= num
+        return out
+
+    # ---- shape and update ----
+
+    def _shape(self, step: _Step) -> StepShape:
+        """Decode rows are sequences computing their last token plus the full
+        draft_tokens; any other (a prompt chunk, a recompute, drafts cut by the
+        budget or the output left) is a PrefillChunk of its rows at its context."""
+        per_decode = 1 + self.cfg.draft_tokens
+        decode = (self.ntok[step.ids] - step.start == 1) & (step.num == per_decode)
+        chunks = ~decode
+        prefills = tuple(PrefillChunk(n, c) for n, c in zip(step.num[chunks].tolist(), step.start[chunks].tolist()))
+        return StepShape(tuple(step.start[decode].tolist()), prefills, per_decode)
+
+    def _update(self, step: _Step, t: float) -> None:
+        """Scheduler.update for a step that ended at ``t``."""
+        ids, start, num, drafts = step.ids, step.start, step.num, step.drafts
+        ntok = self.ntok[ids]
+        emitted = (start + num == ntok + drafts).astype(np.int64)  # reached its last token: samples
+        verified = (emitted == 1) & (drafts > 0) if self.cfg.draft_tokens else None
+        if verified is not None and verified.any():
+            vid = ids[verified]
+            credit = self.credit[vid] + self.cfg.tokens_per_step
+            whole = np.floor(credit)
+            self.credit[vid] = credit - whole  # drafts cut short lose their share: those rows were not verified
+            emitted[verified] = np.minimum(whole.astype(np.int64), 1 + drafts[verified])
+        self.computed[ids] = start + num - drafts + np.maximum(emitted - 1, 0)
+        gen_before = self.gen[ids]
+        self.gen[ids] = gen_before + emitted
+        self.ntok[ids] = ntok + emitted
+        self.first[ids[(gen_before == 0) & (emitted > 0)]] = t
+        done = ids[gen_before + emitted >= self.out_n[ids]]
+        if done.size:
+            self.finish[done] = t
+            self.free += int(self.held[done].sum())
+            self.held[done] = 0
+            self.run_ids = self.run_ids[np.isnan(self.finish[self.run_ids])]

@@ -1,0 +1,60 @@
+"""``tokenmill sim`` end to end: the JSON it prints, and the flags it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tokenmill.cli import main
+
+SMALL = ["--isl", "128", "--osl", "64", "--num-requests", "60"]
+
+
+@pytest.mark.parametrize("scenario", ["offline", "server", "singlestream"])
+def test_json_has_the_issue_fields(capsys, scenario):
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", scenario, "--json",
+                 *SMALL]) == 0
+    f = json.loads(capsys.readouterr().out)
+    for key in ("tokens_per_s_per_gpu", "tokens_per_s", "ttft_ms", "tpot_ms", "cost_per_million_tokens", "config"):
+        assert key in f
+    assert f["tokens_per_s"] > 0 and f["ttft_ms"]["p99"] >= f["ttft_ms"]["p50"] > 0
+    assert f["config"]["precision"] == "fp8" and f["config"]["hardware"] == "h100"
+    assert (f["qps"] is not None) == (scenario == "server")
+
+
+def test_replicas_scale_the_total_not_the_per_gpu_figure(capsys):
+    def run(num_gpus):
+        main(["sim", "--model", "llama3.1-8b", "--hardware", "h200", "--num-gpus", str(num_gpus), "--json", *SMALL])
+        return json.loads(capsys.readouterr().out)
+
+    one, four = run(1), run(4)
+    assert four["config"]["replicas"] == 4
+    assert four["tokens_per_s"] == pytest.approx(4 * one["tokens_per_s"])
+    assert four["tokens_per_s_per_gpu"] == pytest.approx(one["tokens_per_s_per_gpu"])
+
+
+def test_speculative_decoding_raises_throughput(capsys):
+    def run(*extra):
+        main(["sim", "--model", "llama3.1-8b", "--hardware", "b200", "--json", *SMALL, *extra])
+        return json.loads(capsys.readouterr().out)["tokens_per_s"]
+
+    assert run("--mtp", "3", "--mtp-acceptance", "2.5") > run()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hardware", "tpu9"], "--hardware"),
+    (["--model", "llama9"], "--model"),
+    (["--model", "llama3.1-405b", "--hardware", "h100", "--precision", "bf16"], "--tp/--ep"),
+    (["--tp", "2", "--num-gpus", "3"], "--num-gpus"),
+])
+def test_bad_deployments_name_the_flag(capsys, args, message):
+    assert main(["sim", *SMALL, *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_help_names_every_simulated_model():
+    from tokenmill.sim.cli import MODEL_NAMES
+    from tokenmill.sim.models import SIM_MODELS
+
+    assert set(MODEL_NAMES) == set(SIM_MODELS)

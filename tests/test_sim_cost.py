@@ -1,0 +1,215 @@
+"""Simulator cost model (sim/cost.py), hardware profiles (sim/hardware.py) and model
+shapes (sim/models.py): hand-computed counts on a tiny arch, roofline regimes on real
+shapes, and one published anchor. Pure arithmetic: no model is loaded."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tokenmill.model.arch import ModelArch
+from tokenmill.model.moe import MoEConfig
+from tokenmill.sim.cost import (
+    Parallel,
+    expected_distinct_experts,
+    kv_bytes_per_token,
+    step_cost,
+    step_time,
+    weight_bytes,
+)
+from tokenmill.sim.hardware import HARDWARE, Hardware, get_hardware
+from tokenmill.sim.models import SIM_MODELS, get_model, model_shape
+from tokenmill.sim.shapes import PrefillChunk, StepShape
+
+# hidden 8, 2 layers, 2 query heads of 4 (q_size 8), 1 KV head (kv_size 4), MLP 16, vocab 100.
+TINY = ModelArch(family="llama", vocab_size=100, hidden_size=8, intermediate_size=16, num_layers=2,
+                 num_heads=2, num_kv_heads=1, head_dim=4, rms_norm_eps=1e-5, rope_theta=1e4,
+                 max_position_embeddings=512, tie_word_embeddings=False)
+# Per layer: attention 8*(8+2*4) + 8*8 = 192, MLP 3*8*16 = 384 -> 576; two layers 1152; lm_head 800.
+TINY_LAYERS, TINY_HEAD = 1152, 800
+# KV per token and layer: 2 x 1 head x 4 = 8 values; attention per attended pair and layer 4 x 8 = 32 FLOPs.
+TINY_KV, TINY_PAIR = 8, 32
+
+
+def test_tiny_decode_batch1_hand_counted():
+    c = step_cost(TINY, StepShape(decode_contexts=(5,)), Parallel(), "bf16", kv_dtype_bytes=2)
+    assert c.gemm_flops == 2 * (TINY_LAYERS + TINY_HEAD)
+    assert c.attention_flops == 2 * TINY_PAIR * 6  # 5 cached keys + its own
+    assert c.weight_bytes == (TINY_LAYERS + TINY_HEAD) * 2
+    assert c.kv_read_bytes == 2 * TINY_KV * 5 * 2
+    assert c.kv_write_bytes == 2 * TINY_KV * 1 * 2
+    assert c.activation_bytes > 0
+    assert c.comm_bytes == 0 and c.num_collectives == 0
+
+
+def test_tiny_prefill_chunk_hand_counted():
+    # 4 new tokens on 2 cached: causal pairs 4*2 + (1+2+3+4) = 18; logits for the chunk's last row only.
+    c = step_cost(TINY, StepShape(prefills=(PrefillChunk(num_tokens=4, context=2),)), Parallel(), "bf16", 2)
+    assert c.gemm_flops == 2 * (4 * TINY_LAYERS + 1 * TINY_HEAD)
+    assert c.attention_flops == 2 * TINY_PAIR * 18
+    assert c.weight_bytes == (TINY_LAYERS + TINY_HEAD) * 2
+    assert c.kv_read_bytes == 2 * TINY_KV * 2 * 2
+    assert c.kv_write_bytes == 2 * TINY_KV * 4 * 2
+
+
+def test_speculative_decode_rows_attend_causally():
+    # 3 rows per sequence on context 10 attend 11, 12, 13 keys; KV is read once per sequence.
+    c = step_cost(TINY, StepShape(decode_contexts=(10,), tokens_per_decode=3), Parallel(), "bf16", 2)
+    assert c.attention_flops == 2 * TINY_PAIR * (11 + 12 + 13)
+    assert c.kv_read_bytes == 2 * TINY_KV * 10 * 2
+    assert c.gemm_flops == 2 * 3 * (TINY_LAYERS + TINY_HEAD)
+
+
+@pytest.mark.parametrize("name", sorted(SIM_MODELS))
+def test_shapes_match_the_archs_own_counts(name):
+    arch = SIM_MODELS[name]
+    assert model_shape(arch).total_params() == arch.num_params()
+    # One decode row at context c: our GEMM + attention FLOPs equal the arch's per-token figure
+    # over c + 1 keys (DeepSeek: absorbed MLA in both; its arch also counts the two RMSNorm
+    # weights per layer as matmul parameters, 0.002% more).
+    c = step_cost(arch, StepShape(decode_contexts=(1000,)), Parallel(), "bf16", 2)
+    norms_counted = 2 * 2 * arch.hidden_size * arch.num_layers if arch.family == "deepseek_v3" else 0
+    assert c.gemm_flops + c.attention_flops == arch.flops_per_token(1001) - norms_counted
+
+
+def test_published_parameter_counts():
+    # Model cards: 8.03 B, 70.6 B, 405.9 B (Llama), 671 B (DeepSeek-R1).
+    expected = {"llama3.1-8b": 8.03e9, "llama3.3-70b": 70.6e9, "llama3.1-405b": 405.9e9, "deepseek-r1": 671e9}
+    for name, n in expected.items():
+        assert SIM_MODELS[name].num_params() == pytest.approx(n, rel=0.01), name
+
+
+def test_decode_batch1_is_memory_bound_and_long_prefill_compute_bound_on_h100():
+    arch, h100 = get_model("llama3.1-8b"), get_hardware("h100")
+    decode = step_time(step_cost(arch, StepShape(decode_contexts=(1000,)), Parallel(), "bf16", 2), h100, "bf16")
+    prefill = step_time(step_cost(arch, StepShape(prefills=(PrefillChunk(4096, 0),)), Parallel(), "bf16", 2),
+                        h100, "bf16")
+    assert decode.bound == "memory" and decode.memory_s > 50 * decode.compute_s
+    assert prefill.bound == "compute" and prefill.compute_s > 3 * prefill.memory_s
+
+
+def test_llama8b_batch1_decode_on_h100_matches_published_range():
+    # Anchor: 16.06 GB of bf16 weights / 3.35 TB/s = 4.8 ms is the bandwidth roofline; LLM-Viewer
+    # (Yuan et al. 2024) finds real decode 1.5-1.9x slower than the roofline, i.e. ~7-9 ms per token
+    # (~110-140 tok/s single-stream). We accept 6-12 ms.
+    arch = get_model("llama3.1-8b")
+    assert weight_bytes(arch, "bf16") == pytest.approx(16.06e9, rel=0.001)
+    cost = step_cost(arch, StepShape(decode_contexts=(512,)), Parallel(), "bf16", 2)
+    # A step streams every weight but the embedding table (only the batch's rows are gathered).
+    assert cost.weight_bytes == (8_030_261_248 - 128256 * 4096 - 65 * 4096) * 2
+    t = step_time(cost, get_hardware("h100"), "bf16")
+    assert 6e-3 <= t.total_s <= 12e-3
+
+
+def test_distinct_experts_grow_from_top_k_to_all():
+    assert expected_distinct_experts(1, 256, 8) == pytest.approx(8)
+    assert expected_distinct_experts(0, 256, 8) == 0
+    assert expected_distinct_experts(100_000, 256, 8) == pytest.approx(256)
+    counts = [expected_distinct_experts(r, 256, 8) for r in (1, 2, 8, 32, 128)]
+    assert counts == sorted(counts) and counts[1] < 16  # two rows overlap a little
+
+
+def test_moe_weight_bytes_follow_rows_and_ep():
+    moe = ModelArch(**{**TINY.__dict__, "family": "mixtral",
+                       "moe": MoEConfig(num_experts=8, top_k=2, intermediate_size=16)})
+    one = step_cost(moe, StepShape(decode_contexts=(5,)), Parallel(), "bf16", 2)
+    many = step_cost(moe, StepShape(decode_contexts=(5,) * 512), Parallel(), "bf16", 2)
+    expert_bytes = 384 * 2 * 2  # one expert (3*8*16) in bf16, two layers
+    assert many.weight_bytes - one.weight_bytes == pytest.approx(expert_bytes * (8 - 2), rel=1e-6)
+    ep = step_cost(moe, StepShape(decode_contexts=(5,) * 512), Parallel(ep=2, tp=2, attention_dp=True), "bf16", 2)
+    assert ep.alltoall_bytes > 0 and ep.allreduce_bytes == 0
+    assert many.weight_bytes - ep.weight_bytes == pytest.approx(expert_bytes * 8 / 2, rel=1e-6)
+
+
+def test_tp2_halves_weights_and_adds_allreduce():
+    arch, shape = get_model("llama3.1-8b"), StepShape(decode_contexts=(100,) * 4)
+    tp1 = step_cost(arch, shape, Parallel(tp=1), "bf16", 2)
+    tp2 = step_cost(arch, shape, Parallel(tp=2), "bf16", 2)
+    assert tp2.weight_bytes == pytest.approx(tp1.weight_bytes / 2)
+    assert tp2.gemm_flops == pytest.approx(tp1.gemm_flops / 2)
+    assert tp2.kv_read_bytes == pytest.approx(tp1.kv_read_bytes / 2)  # 8 KV heads split over 2
+    # Two all-reduces per layer of 4 rows x 4096 x 2 bytes, ring factor 2(n-1)/n = 1.
+    assert tp2.allreduce_bytes == pytest.approx(2 * 32 * 4 * 4096 * 2)
+    assert tp1.comm_bytes == 0 and tp2.num_collectives == 64
+    t1, t2 = (step_time(c, get_hardware("h100"), "bf16") for c in (tp1, tp2))
+    assert t2.comm_s > 0 and t2.memory_s < t1.memory_s
+    assert weight_bytes(arch, "bf16", Parallel(tp=2)) < weight_bytes(arch, "bf16") / 2 * 1.001
+
+
+def test_mla_kv_bytes_per_token_deepseek_r1():
+    r1 = get_model("deepseek-r1")
+    assert kv_bytes_per_token(r1, 1) == (512 + 64) * 61 * 1
+    # The latent is one per token: tensor parallelism replicates it, it does not split it.
+    assert kv_bytes_per_token(r1, 1, Parallel(tp=8)) == (512 + 64) * 61
+    llama = get_model("llama3.1-8b")
+    assert kv_bytes_per_token(llama, 2) == 2 * 8 * 128 * 32 * 2
+    assert kv_bytes_per_token(llama, 2, Parallel(tp=16)) == 2 * 8 * 128 * 32 * 2 / 8  # at most 8 heads split
+
+
+def test_precision_bytes_and_weight_footprint():
+    r1 = get_model("deepseek-r1")
+    fp8, fp4 = weight_bytes(r1, "fp8"), weight_bytes(r1, "fp4")
+    # 1 byte per parameter; embeddings, LM head, the 58 MoE layers' routers and the RMSNorm weights
+    # stay bf16 (a second byte each).
+    assert fp8 == r1.num_params() + 2 * 129280 * 7168 + 58 * 256 * 7168 + (2 * 61 + 1) * 7168
+    assert fp4 < 0.6 * fp8
+    per_device = weight_bytes(r1, "fp8", Parallel(tp=8, ep=8, attention_dp=True))
+    assert per_device < get_hardware("h200").memory_bytes < fp8
+    with pytest.raises(ValueError, match="--precision"):
+        weight_bytes(r1, "int3")
+    with pytest.raises(ValueError, match="--precision"):
+        step_time(step_cost(r1, StepShape(decode_contexts=(1,)), Parallel(), "fp4", 1), get_hardware("h100"), "fp4")
+
+
+def test_parallel_validation():
+    with pytest.raises(ValueError, match="divide"):
+        Parallel(tp=4, ep=6)
+    with pytest.raises(ValueError, match=">= 1"):
+        Parallel(tp=0)
+    p = Parallel(tp=8, ep=8, attention_dp=True)
+    assert (p.devices, p.attn_tp, p.dp, p.etp) == (8, 1, 8, 1)
+
+
+def test_replica_beyond_nvlink_domain_uses_scale_out():
+    arch, shape = get_model("llama3.1-405b"), StepShape(decode_contexts=(100,) * 256)
+    h100 = get_hardware("h100")
+    in_box = step_time(step_cost(arch, shape, Parallel(tp=8), "fp8", 1), h100, "fp8")
+    two_boxes = step_time(step_cost(arch, shape, Parallel(tp=16), "fp8", 1), h100, "fp8")
+    assert two_boxes.comm_s > 3 * in_box.comm_s
+
+
+def test_hardware_round_trips_through_json():
+    for hw in HARDWARE.values():
+        d = json.loads(json.dumps(hw.to_dict()))
+        assert Hardware.from_dict(d) == hw
+        assert hw.sources and hw.price_per_hour > 0
+        assert hw.default_precision in hw.flops
+    with pytest.raises(ValueError, match="unknown keys"):
+        Hardware.from_dict({**HARDWARE["h100"].to_dict(), "tflops": 1})
+
+
+def test_profiles_are_dense_and_ordered():
+    h100, h200, b200, gb300 = (get_hardware(n) for n in ("h100", "h200", "b200", "gb300"))
+    assert h100.flops["bf16"] == pytest.approx(989.4e12)
+    assert h100.flops["fp8"] == pytest.approx(2 * h100.flops["bf16"], rel=1e-3)
+    assert "fp4" not in h100.flops and h200.flops == h100.flops
+    assert h200.memory_bw > h100.memory_bw and b200.memory_bw > h200.memory_bw
+    assert gb300.flops["fp4"] > b200.flops["fp4"] and gb300.scale_up_size == 72
+
+
+def test_unknown_hardware_and_model_name_the_flag():
+    with pytest.raises(ValueError, match="--hardware.*h100"):
+        get_hardware("tpu-v9")
+    with pytest.raises(ValueError, match="--model"):
+        get_model("llama-9000")
+
+
+def test_get_model_reads_presets_and_config_files(tmp_path):
+    assert get_model("dummy:tiny").hidden_size == 128
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 100, "hidden_size": 8,
+           "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    arch = get_model(str(tmp_path / "config.json"))
+    assert model_shape(arch).total_params() == model_shape(TINY).total_params()
+    assert get_model(str(tmp_path)).num_layers == 2
