@@ -138,6 +138,9 @@ class _Interval:
 
     def push(self, out: RequestOutput) -> RequestOutput | None:
         """The delta to send now, or None while holding."""
+        if self.interval == 1:  # every output goes at once (the default)
+            self.sent_any = True
+            return out
         self.held.append(out)
         self.held_tokens += len(out.new_token_ids)
         if self.sent_any and not out.finished and self.held_tokens < self.interval:
@@ -152,21 +155,30 @@ async def _sse(choices: list[Choice], n: int, include_usage: bool, interval: int
     the usage of all choices; then [DONE]. A choice the engine fails
     mid-stream ends the whole answer with an error event (the 200 is sent)."""
     intervals = {c.index: _Interval(interval) for c in choices}
-    outputs = merged(choices)
+    outputs = merged(choices) if len(choices) > 1 else None
     try:
-        async for choice, out in outputs:
-            check_output(out)
-            choice.timer.observe(out)
-            first = not intervals[choice.index].sent_any
-            delta = intervals[choice.index].push(out)
-            if delta is not None:
-                for chunk in choice.formatter.chunks(delta, first):
-                    yield _event(chunk.model_dump_json())
-            # No disconnect poll here (it cost ~10% of the event loop's time,
-            # one anyio cancel scope per token): on ASGI spec < 2.4 (uvicorn)
-            # the response's disconnect listener cancels this generator; on
-            # >= 2.4 the next send fails. Either way SSEResponse closes it and
-            # the requests are aborted.
+        if outputs is None:  # one choice (the common case): its stream read directly, no merging layer per token
+            choice = choices[0]
+            out = choice.last = choice.first
+            interval_of, step = intervals[choice.index], choice.outputs.__anext__
+            while True:
+                for event in _events(choice, out, interval_of):
+                    yield event
+                if out.finished:
+                    break
+                try:
+                    out = choice.last = await step()
+                except StopAsyncIteration:  # the stream ends with a finished output, never before
+                    raise ApiError(500, "the engine ended the request before it finished") from None
+        else:
+            async for choice, out in outputs:
+                for event in _events(choice, out, intervals[choice.index]):
+                    yield event
+        # No disconnect poll here (it cost ~10% of the event loop's time,
+        # one anyio cancel scope per token): on ASGI spec < 2.4 (uvicorn)
+        # the response's disconnect listener cancels this generator; on
+        # >= 2.4 the next send fails. Either way SSEResponse closes it and
+        # the requests are aborted.
         if include_usage:
             usage = _usage(choices, n)
             yield _event(choices[0].formatter.usage_chunk(usage).model_dump_json())
@@ -177,9 +189,22 @@ async def _sse(choices: list[Choice], n: int, include_usage: bool, interval: int
         log.exception("request %s failed mid-stream", choices[0].formatter.request_id)
         yield _event(json.dumps(error_body(500, f"generation failed: {exc}")))
     finally:
-        await outputs.aclose()
+        if outputs is not None:
+            await outputs.aclose()
         await close_all(choices)
     yield "data: [DONE]\n\n"
+
+
+def _events(choice: Choice, out: RequestOutput, interval: _Interval) -> list[str]:
+    """The SSE events one output of a choice makes now (none while its interval holds it)."""
+    if out.finish_reason == "error":
+        check_output(out)
+    choice.timer.observe(out)
+    first = not interval.sent_any
+    delta = interval.push(out)
+    if delta is None:
+        return []
+    return [_event(chunk.model_dump_json()) for chunk in choice.formatter.chunks(delta, first)]
 
 
 def _usage(choices: list[Choice], n: int) -> Usage:
