@@ -191,3 +191,11 @@ def test_merged_deltas_keep_the_first_outputs_prompt_logprobs():
     first = RequestOutput("r", [1], "a", False, prompt_logprobs=entries)
     merged = merge_outputs([first, RequestOutput("r", [2], "b", True, "length")])
     assert merged.prompt_logprobs == entries and merged.new_token_ids == [1, 2] and merged.new_text == "ab"
+
+
+def test_generate_collects_prompt_logprobs():
+    engine = make_engine()
+    [scored, plain] = engine.generate([PROMPT, PROMPT], [SamplingParams(max_tokens=0, prompt_logprobs=1), GREEDY])
+    assert len(scored.prompt_logprobs) == len(PROMPT) and scored.prompt_logprobs[0] is None
+    assert scored.token_ids == [] and scored.finish_reason == "length"
+    assert plain.prompt_logprobs is None

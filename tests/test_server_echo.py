@@ -104,6 +104,9 @@ def test_echo_on_a_batch_with_n2_heads_every_choice(client, model, stream):
             num_prompt = plain[c.index // 2].usage.prompt_tokens
             assert len(c.logprobs.tokens) == num_prompt + 3 and c.logprobs.token_logprobs[0] is None
             assert "".join(c.logprobs.tokens[:num_prompt]) == prompts[c.index // 2]
+        # Sample 1 shows sample 0's prompt logprobs (computed once, by sample 0 alone).
+        for first, second in zip(resp.choices[::2], resp.choices[1::2]):
+            assert first.logprobs.token_logprobs == second.logprobs.token_logprobs
         assert resp.usage.prompt_tokens == sum(p.usage.prompt_tokens for p in plain)  # each prompt once
         assert resp.usage.completion_tokens == 4 * 3  # generated tokens only, echo not counted
     assert [texts[i] for i in range(4)] == [p + r.choices[0].text for p, r in zip(prompts, plain) for _ in range(2)]

@@ -54,6 +54,11 @@ def test_sample_seeds_step_by_one_and_wrap():
     assert [sample_params(params, k).seed for k in range(4)] == [(1 << 64) - 2, (1 << 64) - 1, -(1 << 63),
                                                                   -(1 << 63) + 1]
     assert sample_params(SamplingParams(max_tokens=4), 3).seed is None  # unseeded: the engine's generator
+    # Prompt logprobs: sample 0 computes them; the others (which reuse its prefill) do not, unless scoring.
+    scored = SamplingParams(max_tokens=4, prompt_logprobs=1)
+    assert sample_params(scored, 0).prompt_logprobs == 1 and sample_params(scored, 1).prompt_logprobs is None
+    only_scoring = SamplingParams(max_tokens=0, prompt_logprobs=1)
+    assert sample_params(only_scoring, 1).prompt_logprobs == 1
 
 
 def test_chat_n3_seeded_choices_usage_and_repeat(client, model):

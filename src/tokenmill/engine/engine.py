@@ -40,6 +40,8 @@ class GenerationResult:
     text: str
     finish_reason: str | None
     logprobs: list | None = None
+    prompt_logprobs: list | None = None
+    """With params.prompt_logprobs: one entry per prompt token (None for the first)."""
 
 
 @dataclass
@@ -193,6 +195,8 @@ class LLMEngine:
                 r.text += out.new_text
                 if out.logprobs and r.logprobs is not None:
                     r.logprobs += out.logprobs
+                if out.prompt_logprobs is not None:
+                    r.prompt_logprobs = out.prompt_logprobs
                 if out.finished:
                     r.finish_reason = out.finish_reason
                     if bar is not None:

@@ -86,8 +86,15 @@ class Choice:
 def sample_params(params: SamplingParams, sample: int) -> SamplingParams:
     """Sample k of a seeded request draws from seed + k (wrapped into the
     seed range), so the n choices differ yet the same request repeats them;
-    unseeded samples all draw from the engine's shared generator."""
-    if params.seed is None or sample == 0:
+    unseeded samples all draw from the engine's shared generator. Prompt
+    logprobs are computed by sample 0 alone (the others take its: see
+    _start_prompt), so the others can use the prefix cache; a scoring request
+    (max_tokens 0) keeps them, since it needs them to be valid."""
+    if sample == 0:
+        return params
+    if params.prompt_logprobs is not None and params.max_tokens > 0:
+        params = replace(params, prompt_logprobs=None)
+    if params.seed is None:
         return params
     return replace(params, seed=(params.seed + sample - _SEED_MIN) % _SEED_SPAN + _SEED_MIN)
 
@@ -122,6 +129,10 @@ async def start_all(engine, choices: list[Choice], n: int) -> None:
 async def _start_prompt(engine, samples: list[Choice]) -> None:
     await samples[0].start(engine)  # prefilled: the prompt's full blocks are in the prefix cache now
     await _all_or_none(choice.start(engine) for choice in samples[1:])
+    prompt_logprobs = samples[0].first.prompt_logprobs
+    for choice in samples[1:]:  # the prompt's logprobs, computed once, shown with every sample
+        if prompt_logprobs is not None and choice.first.prompt_logprobs is None:
+            choice.first = replace(choice.first, prompt_logprobs=prompt_logprobs)
 
 
 async def _all_or_none(starts: Iterable[Awaitable[None]]) -> None:
