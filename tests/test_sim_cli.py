@@ -58,3 +58,33 @@ def test_help_names_every_simulated_model():
     from tokenmill.sim.models import SIM_MODELS
 
     assert set(MODEL_NAMES) == set(SIM_MODELS)
+
+
+def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
+    from dataclasses import replace
+
+    from tokenmill.sim.calibrate import CONTEXT, fit_efficiency
+    from tokenmill.sim.cost import Parallel, step_cost, step_time
+    from tokenmill.sim.hardware import Efficiency, get_hardware
+    from tokenmill.sim.models import get_model
+    from tokenmill.sim.shapes import PrefillChunk, StepShape
+
+    arch = get_model("smollm2-135m")
+    truth = Efficiency(gemm=0.45, memory=0.8, attention=0.45, comm=1.0, step_overhead_s=0.012,
+                       collective_latency_s=0.0)
+    hw = replace(get_hardware("h100"), flops={"fp32": 1e11}, memory_bw=2e10, default_precision="fp32")
+    shapes = {(1, 0): StepShape(decode_contexts=(CONTEXT,)), (32, 0): StepShape(decode_contexts=(CONTEXT,) * 32),
+              (0, 256): StepShape(prefills=(PrefillChunk(256, 0),))}
+    points = [(key, step_time(step_cost(arch, s, Parallel(), "fp32", 4.0), replace(hw, efficiency=truth),
+                              "fp32").total_s) for key, s in shapes.items()]
+    fitted, error = fit_efficiency(arch, hw, "fp32", points)
+    assert error < 0.01
+    assert (fitted.gemm, fitted.memory, fitted.step_overhead_s) == pytest.approx((0.45, 0.8, 0.012), abs=1e-9)
+
+
+def test_this_machine_without_a_profile_names_the_command(tmp_path, monkeypatch, capsys):
+    import tokenmill.sim.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "missing.json")
+    assert main(["sim", "--hardware", "this-machine", *SMALL]) == 2
+    assert "tokenmill sim calibrate" in capsys.readouterr().err

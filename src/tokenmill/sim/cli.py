@@ -1,7 +1,7 @@
 """``tokenmill sim``: predict one deployment's throughput, latency and cost.
 
-Not yet calibrated or checked against published results (docs/SIMULATOR.md):
-the figures are the cost model's and the scheduler simulation's, nothing more.
+Not yet checked against published results (docs/SIMULATOR.md): the figures
+are the cost model's and the scheduler simulation's, nothing more.
 """
 
 from __future__ import annotations
@@ -12,15 +12,20 @@ import json
 from tokenmill.sim.hardware import HARDWARE, get_hardware
 
 SCENARIOS = ("offline", "server", "interactive", "singlestream")
-MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1")
+MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1", "smollm2-135m")
 """sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
 
 
 def add_sim_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", choices=("predict", "calibrate"), default="predict",
+                        help="predict (default): simulate the deployment below; calibrate: measure this machine "
+                             "(microbenchmarks and the engine's step times on the embedded model) and write the "
+                             "this-machine profile")
     g = parser.add_argument_group("what to simulate")
     g.add_argument("--model", default="llama3.1-8b",
                    help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder)")
-    g.add_argument("--hardware", default="h100", help=f"one of {', '.join(HARDWARE)}")
+    g.add_argument("--hardware", default="h100",
+                   help=f"one of {', '.join(HARDWARE)}, or this-machine (after `tokenmill sim calibrate`)")
     g.add_argument("--num-gpus", type=int, default=None, help="devices in the deployment (default: one replica)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
@@ -45,10 +50,16 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
+    c = parser.add_argument_group("calibrate")
+    c.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the engine's dtype")
+    c.add_argument("--num-threads", type=int, default=None, help="CPU threads (default: torch's)")
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
     from dataclasses import replace
+
+    if args.action == "calibrate":
+        return _calibrate(args)
 
     from tokenmill.bench.presets import PRESETS
     from tokenmill.sim.cost import Parallel
@@ -85,5 +96,21 @@ def _table(f: dict) -> str:
     if f["cost_per_million_tokens"] is not None:
         price = c["price_per_gpu_hour"]
         lines.append(f"  $ per 1M tokens    {f['cost_per_million_tokens']:.3f} (at ${price}/GPU-hour)")
-    lines.append("  (uncalibrated: not yet checked against published results; docs/SIMULATOR.md)")
+    lines.append("  (not yet checked against published results; docs/SIMULATOR.md)")
     return "\n".join(lines)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from tokenmill.sim.calibrate import PROFILE_PATH, calibrate
+
+    profile, points, error = calibrate(args.dtype, args.num_threads)
+    e = profile.efficiency
+    print(f"this-machine: memory read {profile.memory_bw / 1e9:.1f} GB/s, "
+          f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")
+    for (batch, tokens), seconds in points:
+        what = f"decode step, batch {batch}" if batch else f"prefill of {tokens} tokens"
+        print(f"  engine {what}: {seconds * 1e3:.2f} ms")
+    print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}, overhead {e.step_overhead_s * 1e3:.1f} ms "
+          f"per step; largest step-time error {error * 100:.1f}%")
+    print(f"wrote {PROFILE_PATH}")
+    return 0

@@ -222,8 +222,12 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (H100, H200, B200, GB200,
 
 
 def get_hardware(name: str) -> Hardware:
-    """The built-in profile ``name``; ValueError names the ``--hardware`` choices."""
+    """The built-in profile ``name``, or ``this-machine`` (written by ``tokenmill sim
+    calibrate``); ValueError names the ``--hardware`` choices."""
+    if name == "this-machine":
+        from tokenmill.sim.calibrate import load_this_machine
+        return load_this_machine()
     try:
         return HARDWARE[name]
     except KeyError:
-        raise ValueError(f"--hardware: unknown {name!r}; choose from {sorted(HARDWARE)}") from None
+        raise ValueError(f"--hardware: unknown {name!r}; choose from {sorted(HARDWARE)} or this-machine") from None

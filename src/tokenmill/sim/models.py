@@ -19,6 +19,7 @@ from pathlib import Path
 from tokenmill.model.arch import ModelArch
 from tokenmill.model.deepseek_arch import DeepseekArch
 from tokenmill.model.deepseek_presets import DEEPSEEK_PRESETS
+from tokenmill.model.llama_presets import LLAMA_PRESETS
 from tokenmill.model.protocol import ArchInfo
 
 _LLAMA31_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -43,6 +44,8 @@ SIM_MODELS: dict[str, ArchInfo] = {
     "llama3.1-405b": _llama31(hidden=16384, intermediate=53248, layers=126, heads=128),
     # deepseek-ai/DeepSeek-R1 config.json, already a registry preset (model/deepseek_presets.py).
     "deepseek-r1": DEEPSEEK_PRESETS["deepseek-r1"],
+    # The embedded model (SmolLM2-135M-Instruct): the registry's preset of its shape.
+    "smollm2-135m": LLAMA_PRESETS["smollm2-135m"],
 }
 """Published shapes by simulator name."""
 
