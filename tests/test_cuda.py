@@ -4,7 +4,8 @@ Random weights in SmolLM2-135M's shape (no checkpoint travels to a GPU machine
 here) with the embedded model's tokenizer: ``TOKENMILL_TEST_TOKENIZER`` names a
 Hugging Face tokenizer folder when the GGUF file is not installed. float32 where
 tokens are compared (no TF32: torch's default for matmuls), bf16 for a run
-that must merely work. Prints decode throughput for the record."""
+that must merely work. Engines capture decode CUDA graphs unless a test asks
+for eager steps. Prints decode throughput for the record."""
 
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def _tokenizer() -> str:
 
 
 def _engine(dtype: str, **kw) -> LLMEngine:
+    """CUDA graphs on unless ``enforce_eager=True``; a small cache so that the
+    engines of one module fit beside each other."""
+    kw = {"kv_cache_memory_gib": 2.0, "max_model_len": 2048, **kw}
     return LLMEngine(EngineConfig(model="dummy:smollm2-135m", load_format="dummy", tokenizer=_tokenizer(),
                                   device="cuda", dtype=dtype, seed=0, **kw))
 
@@ -51,8 +55,26 @@ def test_greedy_and_seeded_tokens_do_not_depend_on_the_batch(fp32):
     assert fp32.stats().kv_blocks_used == 0
 
 
-def test_bf16_engine_runs_and_reports_decode_speed():
-    engine = _engine("bfloat16")
+def test_decode_graphs_match_eager(fp32):
+    eager = _engine("float32", enforce_eager=True)
+    assert eager.core.runner.decode_graphs is None
+    graphs = fp32.core.runner.decode_graphs
+    assert len(graphs.graphs) == len(graphs.batch_sizes) * len(graphs.block_buckets) > 1
+    before = graphs.replays
+    params = [SamplingParams(max_tokens=n, temperature=0.0 if n % 2 else 0.9, seed=n, ignore_eos=True, logprobs=1)
+              for n in (5, 40, 17, 160)]  # the batch shrinks 4 -> 1; the last crosses 128 and 256 tokens
+    want = eager.generate(PROMPTS, params)
+    got = fp32.generate(PROMPTS, params)
+    assert graphs.replays - before > 150
+    for a, b in zip(got, want):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x.logprob - y.logprob) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+    assert fp32.stats().kv_blocks_used == 0
+
+
+@pytest.mark.parametrize("enforce_eager", [True, False])
+def test_bf16_engine_runs_and_reports_decode_speed(enforce_eager):
+    engine = _engine("bfloat16", enforce_eager=enforce_eager)
     for batch in (1, 32):
         params = SamplingParams(max_tokens=64, temperature=0.0, ignore_eos=True, logprobs=1)
         engine.generate([PROMPTS[0]] * batch, params)  # warm-up
@@ -62,8 +84,10 @@ def test_bf16_engine_runs_and_reports_decode_speed():
         torch.cuda.synchronize()
         elapsed = time.perf_counter() - start
         assert all(len(r.token_ids) == 64 and all(lp.logprob <= 0 for lp in r.logprobs) for r in results)
-        print(f"\n[cuda bf16 dummy:smollm2-135m] batch {batch}: {batch * 64 / elapsed:.0f} output tok/s "
-              f"({elapsed / 64 * 1e3:.1f} ms per step incl. prefill)")
+        mode = "eager" if enforce_eager else "CUDA graphs"
+        print(f"\n[cuda bf16 dummy:smollm2-135m, {mode}] batch {batch}: {batch * 64 / elapsed:.0f} output tok/s "
+              f"({elapsed / 64 * 1e3:.2f} ms per step incl. prefill)")
+    assert (engine.core.runner.decode_graphs is None) == enforce_eager
 
 
 def test_structured_outputs_hold_and_leave_other_rows_alone(fp32):

@@ -46,6 +46,7 @@ from tokenmill.engine.kv_transfer import KVBlocks, KVLayout, gather, scatter
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (
     kv_cache_bytes,
+    resolve_cuda_graph_sizes,
     resolve_decode_kernel,
     resolve_deterministic,
     resolve_device,
@@ -119,8 +120,9 @@ class EngineCore:
                                                           self.device, self.dtype)
         if draft_model is not None:
             draft_model.ops = self.model.ops
+        graph_sizes = resolve_cuda_graph_sizes(c, self.device, self.model)
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel,
-                                  resolve_latent_kernel(self.attention_backend))
+                                  resolve_latent_kernel(self.attention_backend), scratch_block=bool(graph_sizes))
         self.kv_layout = KVLayout.of(self.runner.kv_cache_spec, c.block_size, self.dtype)
         """What one block holds: another engine's blocks are adopted only under an equal layout."""
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
@@ -139,6 +141,8 @@ class EngineCore:
         self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv)) \
             if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
+        if graph_sizes:  # last: the capture sees every buffer the steps will use
+            self.runner.capture_decode_graphs(graph_sizes, c.max_model_len)
 
     def _make_draft(self, spec: SpeculativeConfig, config: EngineConfig, linear_backend: str) -> nn.Module | None:
         """The speculative method's draft model (spec/proposer.py), or None. A

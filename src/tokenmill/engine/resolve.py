@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+
 import torch
+
+from tokenmill.engine.decode_graphs import default_batch_sizes
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -165,3 +171,17 @@ def kv_cache_bytes(requested_gib: float | None, device: torch.device) -> int:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * 0.85)
     return 1 << 30
+
+
+def resolve_cuda_graph_sizes(config, device: torch.device, model) -> list[int] | None:
+    """Decode batch sizes to capture as CUDA graphs (engine/decode_graphs.py),
+    or None when steps run eagerly: on CPU, with enforce_eager, or for a model
+    whose forward waits on the host (``cuda_graph_safe`` False or absent:
+    MoE routing reads expert counts back)."""
+    if device.type != "cuda" or config.enforce_eager:
+        return None
+    if not getattr(model, "cuda_graph_safe", False):
+        log.info("CUDA graphs: off for %s (its forward waits on the host); steps run eagerly", type(model).__name__)
+        return None
+    sizes = config.cuda_graph_sizes or default_batch_sizes(config.max_num_seqs)
+    return sorted({min(n, config.max_num_seqs) for n in sizes})

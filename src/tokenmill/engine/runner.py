@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tokenmill.engine.decode_graphs import DecodeGraphs
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.scheduler import ScheduledRequest, SchedulerOutput
 from tokenmill.kernels.attention import (
@@ -23,6 +24,20 @@ from tokenmill.kernels.attention import (
 )
 from tokenmill.model.kv_cache_spec import allocate_kv_caches
 from tokenmill.model.protocol import CausalLM
+
+
+@dataclass
+class _StepLayout:
+    """A scheduled step's rows as plain lists: the one-token runs (decodes)
+    first, then each multi-token run (prefill chunk, or a token and its drafts)."""
+
+    tables: list[list[int]]  # per sequence, in row order: its block table
+    prefills: list[tuple[int, int]]  # per multi-token run: (start position, length)
+    tokens: list[int] = field(default_factory=list)  # [T]
+    positions: list[int] = field(default_factory=list)  # [T]
+    sample_rows: list[int] = field(default_factory=list)  # the rows sampled
+    sampling: list[ScheduledRequest] = field(default_factory=list)  # the requests that sample, in row order
+    first_rows: dict[str, int] = field(default_factory=dict)  # request id -> its first row
 
 
 @dataclass
@@ -72,31 +87,63 @@ class ForwardResult:
 class ModelRunner:
     def __init__(self, model: CausalLM, num_blocks: int, block_size: int,
                  device: torch.device, dtype: torch.dtype, decode_kernel: Callable | None = None,
-                 latent_kernel: Callable | None = None):
+                 latent_kernel: Callable | None = None, scratch_block: bool = False):
         """decode_kernel: the C++ paged decode attention (CPU), or None for plain torch;
-        latent_kernel: the C++ latent attention (DeepSeek MLA) beside it, or None."""
+        latent_kernel: the C++ latent attention (DeepSeek MLA) beside it, or None;
+        scratch_block: allocate one block past the pool's for padding rows
+        (decode graphs write their K/V there)."""
         self.model = model
         self.decode_kernel = decode_kernel
         self.latent_kernel = latent_kernel
         self.device = device
         self.block_size = block_size
         self.kv_cache_spec = model.kv_cache_spec()
-        self.kv_caches = allocate_kv_caches(self.kv_cache_spec, num_blocks, block_size, device, dtype)
-        """One tensor per layer: [num_blocks, num_parts, num_heads, block_size, head_dim]."""
+        self.scratch_block = num_blocks if scratch_block else None
+        """Block id no request ever holds (the pool hands out 0 .. num_blocks - 1), or None."""
+        self.kv_caches = allocate_kv_caches(self.kv_cache_spec, num_blocks + bool(scratch_block), block_size,
+                                            device, dtype)
+        """One tensor per layer: [num_blocks (+1 scratch), num_parts, num_heads, block_size, head_dim]."""
         self.keep_step_hidden = False
         """Return every row's hidden state with each step (ForwardResult.step_hidden)."""
+        self.decode_graphs: DecodeGraphs | None = None
+        """Decode-only steps replay captured graphs when set (engine/decode_graphs.py)."""
+
+    def capture_decode_graphs(self, batch_sizes: list[int], max_model_len: int, capture: bool = True) -> None:
+        """Run decode-only steps of up to max(batch_sizes) sequences through
+        graphs captured now (``capture=False``: the same padded forward, not
+        captured; CPU tests). Needs the scratch block."""
+        if self.scratch_block is None:
+            raise ValueError("decode graphs need a runner built with scratch_block=True")
+        self.decode_graphs = DecodeGraphs(self.model, self.kv_caches, self.block_size, self.scratch_block,
+                                          batch_sizes, max_model_len, capture)
+        self.decode_graphs.capture_all()
 
     @torch.inference_mode()
     def execute(self, out: SchedulerOutput, kv: KVCacheManager) -> ForwardResult:
         """Run one step's forward pass and the logits of the requests that sample."""
-        inputs = self.prepare(out, kv)
-        step_hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
-        hidden = step_hidden[inputs.sample_rows]
-        kept = (step_hidden, inputs.first_rows) if self.keep_step_hidden else (None, {})
-        prompt = self._prompt_logits(step_hidden, out, inputs.first_rows)
-        if not inputs.sampling:  # every row is a prefill chunk short of its prompt's end
+        layout = self._layout(out, kv)
+        step_hidden = self._replay(layout)
+        if step_hidden is None:
+            inputs = self._inputs(layout)
+            step_hidden = self.model(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+            sample_rows = inputs.sample_rows
+        else:
+            sample_rows = torch.tensor(layout.sample_rows, dtype=torch.long, device=self.device)
+        hidden = step_hidden[sample_rows]
+        kept = (step_hidden, layout.first_rows) if self.keep_step_hidden else (None, {})
+        prompt = self._prompt_logits(step_hidden, out, layout.first_rows)
+        if not layout.sampling:  # every row is a prefill chunk short of its prompt's end
             return ForwardResult(hidden.new_empty((0, self.model.arch.vocab_size)), hidden, [], *kept, prompt)
-        return ForwardResult(self.model.compute_logits(hidden), hidden, inputs.sampling, *kept, prompt)
+        return ForwardResult(self.model.compute_logits(hidden), hidden, layout.sampling, *kept, prompt)
+
+    def _replay(self, layout: _StepLayout) -> torch.Tensor | None:
+        """A decode-only step through the captured graphs: its final hidden rows
+        [T, hidden] (a copy when kept past the step: the next replay may
+        overwrite the graph's output), or None to run it eagerly."""
+        if self.decode_graphs is None or layout.prefills or not layout.tokens:
+            return None
+        hidden = self.decode_graphs.run(layout.tokens, layout.positions, layout.tables)
+        return hidden.clone() if hidden is not None and self.keep_step_hidden else hidden
 
     def _prompt_logits(self, step_hidden: torch.Tensor, out: SchedulerOutput,
                        first_rows: dict[str, int]) -> dict[str, tuple[int, torch.Tensor]]:
@@ -116,37 +163,41 @@ class ModelRunner:
         return {rid: (start, part) for (rid, (start, _)), part in zip(spans.items(), parts)}
 
     def prepare(self, out: SchedulerOutput, kv: KVCacheManager) -> ModelInputs:
+        """The eager forward's inputs for a scheduled step."""
+        return self._inputs(self._layout(out, kv))
+
+    def _layout(self, out: SchedulerOutput, kv: KVCacheManager) -> _StepLayout:
         decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
         prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
-        tokens: list[int] = []
-        positions: list[int] = []
-        sample_rows: list[int] = []
-        sampling: list[ScheduledRequest] = []
+        layout = _StepLayout(tables=[kv.block_table(s.request.request_id) for s in decodes + prefills],
+                             prefills=[(s.start, s.num_new_tokens) for s in prefills])
         for s in decodes:
-            tokens.append(s.request.token_ids[s.start])
-            positions.append(s.start)
+            layout.tokens.append(s.request.token_ids[s.start])
+            layout.positions.append(s.start)
         for s in prefills:
-            tokens.extend(_step_tokens(s))
-            positions.extend(range(s.start, s.start + s.num_new_tokens))
-        row, first_rows = 0, {}
+            layout.tokens.extend(_step_tokens(s))
+            layout.positions.extend(range(s.start, s.start + s.num_new_tokens))
+        row = 0
         for s in decodes + prefills:
-            first_rows[s.request.request_id] = row
+            layout.first_rows[s.request.request_id] = row
             row += s.num_new_tokens
             if s.samples:  # its last token's row, then one per draft
-                sample_rows.extend(range(row - s.num_sample_rows, row))
-                sampling.append(s)
+                layout.sample_rows.extend(range(row - s.num_sample_rows, row))
+                layout.sampling.append(s)
+        return layout
+
+    def _inputs(self, layout: _StepLayout) -> ModelInputs:
         dev = self.device
-        pos = torch.tensor(positions, dtype=torch.long, device=dev)
-        tables = [kv.block_table(s.request.request_id) for s in decodes + prefills]
-        meta = self._attention_metadata([s.start for s in decodes], [(s.start, s.num_new_tokens) for s in prefills],
-                                        tables, pos)
+        pos = torch.tensor(layout.positions, dtype=torch.long, device=dev)
+        num_decodes = len(layout.tables) - len(layout.prefills)
+        meta = self._attention_metadata(layout.positions[:num_decodes], layout.prefills, layout.tables, pos)
         return ModelInputs(
-            input_ids=torch.tensor(tokens, dtype=torch.long, device=dev),
+            input_ids=torch.tensor(layout.tokens, dtype=torch.long, device=dev),
             positions=pos,
             meta=meta,
-            sample_rows=torch.tensor(sample_rows, dtype=torch.long, device=dev),
-            sampling=sampling,
-            first_rows=first_rows,
+            sample_rows=torch.tensor(layout.sample_rows, dtype=torch.long, device=dev),
+            sampling=layout.sampling,
+            first_rows=layout.first_rows,
         )
 
     def _padded_tables(self, tables: list[list[int]]) -> torch.Tensor:

@@ -106,6 +106,9 @@ class LlamaForCausalLM(nn.Module):
         if arch.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.max_positions = max_positions
+        self.cuda_graph_safe = arch.moe is None
+        """No op of the forward waits on the host (MoE routing reads its expert
+        counts back), so decode steps can be captured as CUDA graphs."""
         self.ops = TORCH_FUSED_OPS  # elementwise ops (kernels/fused_ops.py); the engine picks the backend
         self.set_rope(inverse_frequencies(arch) if arch.rope_scaling is None or
                       arch.rope_scaling.get("rope_type") != "gguf_freq_factors" else None)

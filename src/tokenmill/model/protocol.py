@@ -48,7 +48,12 @@ class ArchInfo(Protocol):
 
 @runtime_checkable
 class CausalLM(Protocol):
-    """A decoder over the paged KV cache (an ``nn.Module``: calling it runs ``forward``)."""
+    """A decoder over the paged KV cache (an ``nn.Module``: calling it runs ``forward``).
+
+    Optional: ``cuda_graph_safe: bool``, True when no op of ``forward`` waits
+    on the host (no ``.tolist()``/``.item()``, no data-dependent shapes) for a
+    decode-only step; the engine then captures decode steps as CUDA graphs
+    (engine/decode_graphs.py). Absent means False."""
 
     arch: ArchInfo
     ops: FusedOps
