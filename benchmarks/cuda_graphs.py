@@ -1,8 +1,10 @@
-"""Eager vs CUDA-graph decode on a GPU, same engine settings, one process:
-decode step wall time per batch size, an Offline run (every request at once,
-fixed lengths, output tokens/s) and batch-1 TPOT (one request at a time).
+"""Eager vs CUDA-graph decode on a GPU, with the torch or the compiled fused
+ops, same engine settings, one process: decode step wall time per batch size,
+an Offline run (every request at once, fixed lengths, output tokens/s) and
+batch-1 TPOT (one request at a time).
 
     python -m benchmarks.cuda_graphs --model dummy:smollm2-135m --tokenizer DIR --json results.json
+    python -m benchmarks.cuda_graphs --modes eager:torch,graphs:torch,graphs:compiled
 
 Random weights (dummy:) where no checkpoint is at hand: speed depends on the
 shapes, not the values. The Offline figures are what ``tokenmill sim
@@ -61,14 +63,16 @@ def single_stream_tpot_ms(engine: LLMEngine, requests: int, input_len: int, outp
     return statistics.median(tpots)
 
 
-def measure(args, enforce_eager: bool) -> dict:
+def measure(args, mode: str) -> dict:
+    """mode: "eager|graphs:torch|compiled|auto" (steps, then fused ops)."""
+    steps, fused_ops = mode.split(":")
     start = time.perf_counter()
     engine = LLMEngine(EngineConfig(
         model=args.model, load_format="dummy" if args.model.startswith("dummy:") else "auto",
-        tokenizer=args.tokenizer, device=args.device, dtype=args.dtype, enforce_eager=enforce_eager,
-        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        tokenizer=args.tokenizer, device=args.device, dtype=args.dtype, enforce_eager=steps == "eager",
+        fused_ops=fused_ops, max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
         kv_cache_memory_gib=args.kv_cache_memory_gib, max_model_len=args.max_model_len))
-    out = {"mode": "eager" if enforce_eager else "cuda graphs", "startup_s": time.perf_counter() - start}
+    out = {"mode": mode, "fused_ops": engine.core.fused_ops, "startup_s": time.perf_counter() - start}
     graphs = engine.core.runner.decode_graphs
     out["graphs"] = len(graphs.graphs) if graphs is not None else 0
     if graphs is not None:
@@ -91,7 +95,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="dummy:smollm2-135m")
     ap.add_argument("--tokenizer", default=None)
-    ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script (both runs eager there)")
+    ap.add_argument("--device", default="cuda", help="cpu: a dry run of this script (eager steps in every mode)")
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--batch-sizes", type=lambda s: [int(b) for b in s.split(",")], default=[1, 8, 32, 128])
     ap.add_argument("--steps", type=int, default=50)
@@ -102,21 +106,24 @@ def main(argv=None) -> None:
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--kv-cache-memory-gib", type=float, default=8.0)
-    ap.add_argument("--json", default=None, help="write both runs here")
+    ap.add_argument("--modes", type=lambda s: s.split(","), default=["eager:torch", "graphs:torch", "graphs:compiled"],
+                    help="engines to run, in turn: steps (eager | graphs) and fused ops (torch | compiled | auto)")
+    ap.add_argument("--json", default=None, help="write every run here")
     args = ap.parse_args(argv)
-    runs = [measure(args, enforce_eager=True), measure(args, enforce_eager=False)]
-    eager, graphs = runs
+    runs = [measure(args, mode) for mode in args.modes]
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-    print(f"\n{device}, {args.model} {args.dtype}")
-    print(f"{'':28}{'eager':>10}{'graphs':>10}{'ratio':>8}")
+    print(f"\n{device}, {args.model} {args.dtype}; ratios against the first mode")
+    print(f"{'':30}" + "".join(f"{r['mode']:>17}" for r in runs))
+
+    def row(label: str, values: list[float], digits: int, higher_is_better: bool) -> None:
+        cells = [f"{v:.{digits}f} ({(v / values[0]) if higher_is_better else (values[0] / v):.2f}x)" for v in values]
+        print(f"{label:30}" + "".join(f"{c:>17}" for c in cells))
+
     for batch in args.batch_sizes:
-        e, g = eager["decode_step_ms"][batch], graphs["decode_step_ms"][batch]
-        print(f"{f'decode step, batch {batch} (ms)':28}{e:10.2f}{g:10.2f}{e / g:8.2f}")
-    e, g = eager["offline"]["tokens_per_s"], graphs["offline"]["tokens_per_s"]
-    print(f"{f'Offline {args.num_requests}x{args.input_len}/{args.output_len} tok/s':28}{e:10.0f}{g:10.0f}"
-          f"{g / e:8.2f}")
-    e, g = eager["batch1_tpot_ms"], graphs["batch1_tpot_ms"]
-    print(f"{'batch-1 TPOT (ms)':28}{e:10.2f}{g:10.2f}{e / g:8.2f}")
+        row(f"decode step, batch {batch} (ms)", [r["decode_step_ms"][batch] for r in runs], 2, False)
+    row(f"Offline {args.num_requests}x{args.input_len}/{args.output_len} tok/s",
+        [r["offline"]["tokens_per_s"] for r in runs], 0, True)
+    row("batch-1 TPOT (ms)", [r["batch1_tpot_ms"] for r in runs], 2, False)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "args": vars(args), "runs": runs}, f, indent=1)

@@ -72,6 +72,16 @@ def test_decode_graphs_match_eager(fp32):
     assert fp32.stats().kv_blocks_used == 0
 
 
+def test_compiled_fused_ops_match_torch_ops(fp32):
+    assert fp32.core.fused_ops == "compiled"  # auto on CUDA: TorchInductor's Triton kernels
+    plain = _engine("float32", fused_ops="torch")
+    params = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logprobs=1)
+    want = plain.generate(PROMPTS, params)
+    for a, b in zip(fp32.generate(PROMPTS, params), want):
+        assert a.token_ids == b.token_ids
+        assert max(abs(x.logprob - y.logprob) for x, y in zip(a.logprobs, b.logprobs)) < 1e-3
+
+
 @pytest.mark.parametrize("enforce_eager", [True, False])
 def test_bf16_engine_runs_and_reports_decode_speed(enforce_eager):
     engine = _engine("bfloat16", enforce_eager=enforce_eager)

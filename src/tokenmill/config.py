@@ -15,7 +15,7 @@ LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
 ATTENTION_BACKENDS = ("auto", "cpp", "torch")
-FUSED_OPS = ("auto", "cpp", "torch")
+FUSED_OPS = ("auto", "cpp", "compiled", "torch")
 LINEAR_BACKENDS = ("auto", "mixed", "onednn", "torch")
 
 
@@ -49,10 +49,12 @@ class EngineConfig:
     auto: cpp where it applies and builds, torch otherwise."""
     fused_ops: str = "auto"
     """The decoder layer's elementwise ops (residual add + RMSNorm, rotary
-    embedding, SiLU-and-mul) and the greedy argmax: auto | cpp | torch. cpp
-    runs each as one fused C++ kernel (CPU, float32/bfloat16; built with the
-    attention kernel); torch runs plain torch ops. auto: cpp where it applies
-    and builds, torch otherwise."""
+    embedding, SiLU-and-mul) and the greedy argmax: auto | cpp | compiled |
+    torch. cpp runs each as one fused C++ kernel (CPU, float32/bfloat16; built
+    with the attention kernel); compiled runs the torch ops compiled by
+    TorchInductor, one generated kernel each (Triton on CUDA; compiled at
+    start-up, kernels/compiled_ops.py); torch runs plain torch ops. auto: cpp
+    on CPU, compiled on CUDA, torch where those cannot run."""
     linear_backend: str = "auto"
     """The decoder's linear layers and the LM head: auto | mixed | onednn | torch.
     onednn prepacks each weight once at load into oneDNN's blocked layout and

@@ -117,7 +117,7 @@ class EngineCore:
         self.attention_backend, decode_kernel = resolve_decode_kernel(
             "cpp" if c.deterministic else c.attention_backend, self.device, self.dtype)
         self.fused_ops, self.model.ops = resolve_fused_ops("cpp" if c.deterministic else c.fused_ops,
-                                                          self.device, self.dtype)
+                                                          self.device, self.dtype, self.arch)
         if draft_model is not None:
             draft_model.ops = self.model.ops
         graph_sizes = resolve_cuda_graph_sizes(c, self.device, self.model)

@@ -94,7 +94,8 @@ class DecodeGraphs:
         """Decode steps run through this object (for tests and the log)."""
         self.capture_seconds = 0.0
         self.capture_mib = 0.0
-        """What capture_all took: wall time, and device memory (the graphs' pool)."""
+        """What capture_all took: wall time, and device memory the caching
+        allocator reserved meanwhile (the graphs' pool and warm-up workspaces)."""
 
     def bucket(self, batch: int, max_context: int) -> tuple[int, int] | None:
         """The (batch size, blocks) bucket for ``batch`` decodes whose longest
@@ -111,7 +112,7 @@ class DecodeGraphs:
             return
         start, pool = time.perf_counter(), torch.cuda.graph_pool_handle()
         keys = sorted(((b, n) for b in self.batch_sizes for n in self.block_buckets), reverse=True)
-        free_before = torch.cuda.mem_get_info()[0]
+        reserved_before = torch.cuda.memory_reserved()
         for key in tqdm(keys, desc="Capturing CUDA graphs (decode)", unit="graph", leave=False):
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -123,7 +124,7 @@ class DecodeGraphs:
                 self.outputs[key] = self._forward(*key)
             self.graphs[key] = graph
         torch.cuda.synchronize()
-        self.capture_mib = (free_before - torch.cuda.mem_get_info()[0]) / 2**20
+        self.capture_mib = (torch.cuda.memory_reserved() - reserved_before) / 2**20
         self.capture_seconds = time.perf_counter() - start
         log.info("captured %d CUDA graphs (batch sizes %s x %d context spans up to %d blocks) in %.1f s, %.0f MiB",
                  len(keys), self.batch_sizes, len(self.block_buckets), self.block_buckets[-1],

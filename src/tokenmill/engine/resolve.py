@@ -72,11 +72,23 @@ def resolve_latent_kernel(attention_backend: str):
     return load_cpu_kernels().paged_mla_attention
 
 
-def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype):
-    """(backend actually used, the decoder layer's elementwise ops); same rules
-    as resolve_decode_kernel (kernels/fused_ops.py)."""
+def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype, arch=None):
+    """(backend actually used, the decoder layer's elementwise ops). cpp: the
+    same rules as resolve_decode_kernel (kernels/fused_ops.py); compiled:
+    TorchInductor's kernels (kernels/compiled_ops.py), compiled now at the
+    shapes of ``arch``; auto: cpp on CPU, compiled on CUDA, each falling back to
+    the torch ops where it cannot run (a warning says why for compiled)."""
     from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS, cpp_fused_ops
 
+    if backend == "compiled" or (backend == "auto" and device.type == "cuda"):
+        from tokenmill.kernels.compiled_ops import compiled_fused_ops
+        try:
+            return "compiled", compiled_fused_ops(device, dtype, arch)
+        except Exception as e:  # the compiler's own errors: no Triton, no C compiler, ...
+            if backend == "compiled":
+                raise ValueError(f"fused_ops: compiled ops could not be built here: {e}") from e
+            log.warning("fused ops: torch (compiling the fused ops failed: %s)", e)
+            return "torch", TORCH_FUSED_OPS
     module = _cpu_kernels("fused_ops", backend, device, dtype)
     return ("cpp", cpp_fused_ops(module)) if module is not None else ("torch", TORCH_FUSED_OPS)
 

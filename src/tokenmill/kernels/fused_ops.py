@@ -4,7 +4,9 @@ behind one interface, in two implementations with the same signatures:
 - ``TORCH_FUSED_OPS``: plain torch, any device (CUDA's path, and CPU's when the
   C++ kernels cannot be built);
 - ``cpp_fused_ops(module)``: fused C++ kernels for CPU (kernels/csrc/fused_ops.cpp),
-  one pass over the data per op, float32 math rounded once to the model dtype.
+  one pass over the data per op, float32 math rounded once to the model dtype;
+- ``compiled_fused_ops`` (kernels/compiled_ops.py): the torch ops compiled by
+  TorchInductor, one generated kernel per op (Triton on CUDA, under CUDA graphs).
 
 Each fused op replaces 3-6 torch ops and their temporaries (about 20 fewer
 dispatches per layer per step); the argmax reads bf16 logits as they are, where
@@ -26,7 +28,7 @@ from tokenmill.model.rope import apply_rope
 @dataclass(frozen=True)
 class FusedOps:
     name: str
-    """"torch" or "cpp"."""
+    """"torch", "cpp" or "compiled"."""
     add_rms_norm: Callable
     """(residual [T, H] float32, delta [T, H] or None, weight [H], eps) -> [T, H] in
     the weight's dtype. Adds delta into residual in place, then RMSNorm."""
