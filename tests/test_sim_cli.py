@@ -71,15 +71,16 @@ def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
 
     arch = get_model("smollm2-135m")
     truth = Efficiency(gemm=0.45, memory=0.8, attention=0.45, comm=1.0, step_overhead_s=0.012,
-                       collective_latency_s=0.0)
+                       seq_overhead_s=2e-4, collective_latency_s=0.0)
     hw = replace(get_hardware("h100"), flops={"fp32": 1e11}, memory_bw=2e10, default_precision="fp32")
-    shapes = {(1, 0): StepShape(decode_contexts=(CONTEXT,)), (32, 0): StepShape(decode_contexts=(CONTEXT,) * 32),
-              (0, 256): StepShape(prefills=(PrefillChunk(256, 0),))}
+    shapes = {(1, 0): StepShape(decode_contexts=(CONTEXT,)), (8, 0): StepShape(decode_contexts=(CONTEXT,) * 8),
+              (32, 0): StepShape(decode_contexts=(CONTEXT,) * 32), (0, 256): StepShape(prefills=(PrefillChunk(256, 0),))}
     points = [(key, step_time(step_cost(arch, s, Parallel(), "fp32", 4.0), replace(hw, efficiency=truth),
                               "fp32").total_s) for key, s in shapes.items()]
-    fitted, error = fit_efficiency(arch, hw, "fp32", points)
-    assert error < 0.01
-    assert (fitted.gemm, fitted.memory, fitted.step_overhead_s) == pytest.approx((0.45, 0.8, 0.012), abs=1e-9)
+    fitted, error, overlap = fit_efficiency(arch, hw, "fp32", points)
+    assert error < 1e-6 and overlap
+    assert (fitted.gemm, fitted.memory) == (0.45, 0.8)
+    assert (fitted.step_overhead_s, fitted.seq_overhead_s) == pytest.approx((0.012, 2e-4), rel=1e-6)
 
 
 def test_this_machine_without_a_profile_names_the_command(tmp_path, monkeypatch, capsys):
@@ -88,3 +89,54 @@ def test_this_machine_without_a_profile_names_the_command(tmp_path, monkeypatch,
     monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "missing.json")
     assert main(["sim", "--hardware", "this-machine", *SMALL]) == 2
     assert "tokenmill sim calibrate" in capsys.readouterr().err
+
+
+def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys):
+    import tokenmill.sim.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "this-machine.json")
+    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 4))
+    assert main(["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "decode step, batch 4" in out and "per sequence" in out
+    profile = json.loads((tmp_path / "this-machine.json").read_text())
+    assert profile["default_precision"] == "fp32" and "dummy:tiny in fp32" in profile["sources"][0]
+    assert main(["sim", "--hardware", "this-machine", "--model", "dummy:tiny", "--json", *SMALL]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["config"]["hardware"] == "this-machine" and f["tokens_per_s"] > 0
+
+
+def test_calibration_fit_separates_the_eager_steps_of_a_graph_engine():
+    from dataclasses import replace
+
+    from tokenmill.sim.calibrate import CONTEXT, fit_efficiency
+    from tokenmill.sim.cost import Parallel, step_cost, step_time
+    from tokenmill.sim.hardware import Efficiency, get_hardware
+    from tokenmill.sim.models import get_model
+    from tokenmill.sim.shapes import PrefillChunk, StepShape
+
+    arch = get_model("smollm2-135m")
+    # A GPU engine: decode steps replayed as graphs (1.5 ms), prefill steps eager (25 ms).
+    truth = Efficiency(gemm=0.5, memory=0.5, attention=0.5, comm=1.0, step_overhead_s=1.5e-3,
+                       eager_step_overhead_s=25e-3, seq_overhead_s=2e-5, collective_latency_s=0.0)
+    hw = replace(get_hardware("h200"), default_precision="bf16")
+    shapes = {(b, 0): StepShape(decode_contexts=(CONTEXT,) * b) for b in (1, 8, 32, 128)}
+    shapes.update({(0, n): StepShape(prefills=(PrefillChunk(n, 0),)) for n in (64, 256)})
+    points = [(key, step_time(step_cost(arch, s, Parallel(), "bf16", 2.0), replace(hw, efficiency=truth),
+                              "bf16").total_s) for key, s in shapes.items()]
+    fitted, error, _ = fit_efficiency(arch, hw, "bf16", points, eager_steps=True)
+    assert error < 0.01
+    assert fitted.eager_step_overhead_s == pytest.approx(25e-3, rel=0.02)
+    assert fitted.step_overhead_s == pytest.approx(1.5e-3, rel=0.05)
+    # One overhead for every step cannot explain both kinds.
+    _, error_one, _ = fit_efficiency(arch, hw, "bf16", points)
+    assert error_one > 0.3
+
+
+def test_server_at_a_target_qps(capsys):
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "server", "--target-qps", "2",
+                 "--json", *SMALL]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["qps"] == 2 and f["config"]["target_qps"] == 2 and f["ttft_ms"]["p99"] > 0
+    assert main(["sim", "--scenario", "offline", "--target-qps", "2", *SMALL]) == 2
+    assert "--target-qps" in capsys.readouterr().err

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from typing import AsyncIterator
 
 from tokenmill.config import EngineConfig
@@ -94,6 +95,10 @@ class AsyncEngine:
         self._pending_adds = 0
         self._cv = threading.Condition()
         self._stopped = False
+        self.step_log: list[tuple[int, int, float]] | None = None
+        """When a list: each engine-thread cycle that ran a step appends (one-token
+        runs, tokens of the longer runs, seconds from taking the inbox to handing
+        off the outputs); `tokenmill sim calibrate` reads it."""
 
         def build() -> None:
             self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
@@ -158,6 +163,7 @@ class AsyncEngine:
                     self._cv.wait()
                 inbox, self._inbox = self._inbox, []
                 stopping = self._stopped
+            start = time.perf_counter()
             if stopping:
                 self._apply(inbox)
                 self._fail_all(RuntimeError("the engine is shutting down"), "shutdown")
@@ -174,6 +180,8 @@ class AsyncEngine:
                 continue
             self._refresh_stats()
             self._deliver(outputs)
+            if self.step_log is not None:
+                self.step_log.append((*self.engine.core.last_step_shape, time.perf_counter() - start))
 
     def _apply(self, inbox) -> None:
         adds = 0

@@ -1,16 +1,21 @@
 """``tokenmill sim calibrate``: this machine's hardware profile, fitted to our own engine.
 
-Two kinds of measurement, both on this machine:
-1. microbenchmarks: memory read bandwidth (summing a 512 MiB tensor) and dense
-   GEMM rate (1024^3 matmuls) in the engine's dtype: the profile's peaks;
-2. our engine's own step times on the embedded model: decode steps at several
-   batch sizes and a prefill chunk, each the median of repeated steps.
+Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device cuda``:
+1. microbenchmarks: memory read bandwidth (summing a 512 MiB tensor; 1 GiB on
+   a GPU) and dense GEMM rate (1024^3 matmuls; 8192^3 on a GPU) in the
+   engine's dtype: the profile's peaks;
+2. our engine's own step times as it serves (the embedded model, or
+   ``--model``; outputs streamed to consumers on an event loop, as `tokenmill
+   bench` and `serve` read them): decode steps at several batch sizes and two
+   prefill chunks, each the median of repeated steps.
 
-The profile's efficiency factors (memory, GEMM, per-step overhead) are then the
-ones under which the cost model (cost.py) best reproduces the measured steps:
-a grid search minimising the largest relative error, which is reported. The
+The profile's efficiency factors (memory, GEMM, host overhead per step and
+per sequence, and with CUDA graphs a per-step cost of the eager steps) are
+then the ones under which the cost model (cost.py) best reproduces the
+measured steps; the largest relative error is reported. The
 profile is written to ``~/.cache/tokenmill/sim/this-machine.json`` and read by
-``--hardware this-machine``.
+``--hardware this-machine``. A GPU's profile keeps its datasheet entry's
+interconnect and price (hardware.py) where its name matches one.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import itertools
 import json
 import os
 import platform
+import random
 import statistics
 import time
 from dataclasses import replace
@@ -29,7 +35,7 @@ from tokenmill.sim.hardware import Efficiency, Hardware
 PROFILE_PATH = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "tokenmill")) / "sim" / \
     "this-machine.json"
 DECODE_BATCHES = (1, 8, 32)
-PREFILL_TOKENS = 256
+PREFILL_TOKENS = (64, 256)
 CONTEXT = 64  # prompt tokens of each decoding request
 DEFAULT_PRICE_PER_HOUR = 0.10
 """USD per hour: a nominal small cloud VM; pass --price-per-gpu-hour to tokenmill sim for your own."""
@@ -51,61 +57,91 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def measure_peaks(dtype) -> tuple[float, float]:
-    """(memory read bytes/s, GEMM FLOP/s in ``dtype``), best of several runs."""
+def measure_peaks(dtype, device) -> tuple[float, float]:
+    """(memory read bytes/s, GEMM FLOP/s in ``dtype``) on ``device``, best of several runs."""
     import torch
 
-    big = torch.ones(1 << 27, dtype=torch.float32)  # 512 MiB
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    big = torch.ones(1 << (28 if cuda else 27), dtype=torch.float32, device=device)  # 1 GiB / 512 MiB
     best_bw = 0.0
     for _ in range(5):
+        sync()
         start = time.perf_counter()
         big.sum()
+        sync()
         best_bw = max(best_bw, big.numel() * 4 / (time.perf_counter() - start))
-    a = torch.randn(1024, 1024, dtype=dtype)
+    n, reps = (8192, 20) if cuda else (1024, 4)
+    a = torch.randn(n, n, dtype=dtype, device=device)
     best_flops = 0.0
     for _ in range(5):
+        sync()
         start = time.perf_counter()
-        for _ in range(4):
+        for _ in range(reps):
             a @ a
-        best_flops = max(best_flops, 4 * 2 * 1024 ** 3 / (time.perf_counter() - start))
+        sync()
+        best_flops = max(best_flops, reps * 2 * n ** 3 / (time.perf_counter() - start))
     return best_bw, best_flops
 
 
-def measure_engine_steps(engine, repeats: int = 12) -> list[tuple[tuple[int, int], float]]:
-    """((decode batch, prefill tokens), median step seconds) of our engine."""
+def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> list[tuple[tuple[int, int], float]]:
+    """((decode batch, prefill tokens), median seconds) of our engine's steps as
+    it serves: ``engine`` is an AsyncEngine, its steps on its own thread, the
+    outputs streamed to consumers on this thread's event loop (as `tokenmill
+    bench` and `tokenmill serve` read them), each step timed from taking its
+    inbox to handing off its outputs (AsyncEngine.step_log)."""
+    import asyncio
+
     from tokenmill.sampling_params import SamplingParams
 
+    async def serve(prompts: list[list[int]], max_tokens: int) -> None:
+        async def one(prompt: list[int]) -> None:
+            async for _ in engine.generate(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0,
+                                                                   ignore_eos=True)):
+                pass
+        await asyncio.gather(*(one(p) for p in prompts))
+
+    def median_of(runs: list[tuple[list[list[int]], int]], decodes: int, prefill: int) -> float:
+        engine.step_log = []
+        for prompts, max_tokens in runs:
+            asyncio.run(serve(prompts, max_tokens))
+        times = [t for d, p, t in engine.step_log if (d, p) == (decodes, prefill)]
+        engine.step_log = None
+        if not times:
+            raise RuntimeError(f"calibrate: no step of {decodes} decodes and {prefill} prefill tokens was seen")
+        return statistics.median(times)
+
+    rng = random.Random(0)
+    vocab = engine.engine.core.arch.vocab_size
+
+    def prompt(n: int) -> list[int]:  # random ids: no prefix-cache hits between prompts
+        return [rng.randrange(10, vocab) for _ in range(n)]
+
     points = []
-    for batch in DECODE_BATCHES:
-        params = SamplingParams(max_tokens=repeats + 4, temperature=0.0, ignore_eos=True)
-        for i in range(batch):
-            engine.add_request(None, [100 + i + j for j in range(CONTEXT)], params)
-        while any(r.num_computed_tokens < r.num_prompt_tokens for r in engine.core.scheduler.requests.values()):
-            engine.step()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            engine.step()
-            times.append(time.perf_counter() - start)
-        while engine.has_unfinished_requests():
-            engine.step()
-        points.append(((batch, 0), statistics.median(times)))
-    times = []
-    for i in range(max(3, repeats // 4)):
-        engine.add_request(None, [200 + i + j for j in range(PREFILL_TOKENS)], SamplingParams(max_tokens=1))
-        start = time.perf_counter()
-        engine.step()
-        times.append(time.perf_counter() - start)
-        while engine.has_unfinished_requests():
-            engine.step()
-    points.append(((0, PREFILL_TOKENS), statistics.median(times)))
+    for batch in batches:  # the batch's prompts take a few prefill steps; then `repeats`+ steps of all of them
+        points.append(((batch, 0), median_of([([prompt(CONTEXT) for _ in range(batch)], repeats + 12)], batch, 0)))
+    for tokens in PREFILL_TOKENS:
+        runs = [([prompt(tokens)], 1) for _ in range(max(3, repeats // 4))]
+        points.append(((0, tokens), median_of(runs, 0, tokens)))
     return points
 
 
-def fit_efficiency(arch, base: Hardware, precision: str,
-                   points: list[tuple[tuple[int, int], float]]) -> tuple[Efficiency, float]:
-    """The (memory, gemm, overhead) efficiency under which the cost model's step
-    times best match ``points`` (smallest largest relative error); returns it and that error."""
+def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tuple[int, int], float]],
+                   eager_steps: bool = False) -> tuple[Efficiency, float, bool]:
+    """The efficiency under which the cost model's step times best match
+    ``points``: the overlap rule (Hardware.overlap) and memory and GEMM
+    fractions on a grid, and for each the host overheads (per step, per
+    sequence; with ``eager_steps``, a per-step cost of its own for steps with
+    a prefill, which the engine runs eagerly beside graph-replayed decodes) by
+    non-negative least squares on the relative errors; the one with the
+    smallest largest relative error wins. Returns (efficiency, that error,
+    overlap)."""
+    import numpy as np
+
     from tokenmill.sim.cost import Parallel, step_cost, step_time
     from tokenmill.sim.shapes import PrefillChunk, StepShape
 
@@ -113,45 +149,104 @@ def fit_efficiency(arch, base: Hardware, precision: str,
     shapes = [StepShape(decode_contexts=(CONTEXT,) * batch) if batch else
               StepShape(prefills=(PrefillChunk(tokens, 0),)) for (batch, tokens), _ in points]
     costs = [step_cost(arch, s, Parallel(), precision, kv_bytes) for s in shapes]
-    best = (float("inf"), None)
+    measured = np.array([m for _, m in points])
+    graph = np.array([c.decode_only for c in costs], dtype=float)
+    # Columns: what one second of each overhead adds to each step.
+    overheads = [graph, 1 - graph] if eager_steps else [np.ones(len(costs))]
+    columns = np.stack(overheads + [np.array([c.sequences for c in costs], dtype=float)], axis=1)
+    best = (float("inf"), None, True)
     grid = [x / 20 for x in range(1, 21)]
-    overheads = [x * 1e-3 for x in range(0, 41)]
-    for mem, gemm in itertools.product(grid, grid):
-        hw = replace(base, efficiency=Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0,
-                                                 step_overhead_s=0.0, collective_latency_s=0.0))
-        bare = [step_time(c, hw, precision).total_s for c in costs]
-        for overhead in overheads:
-            error = max(abs((b + overhead) / measured - 1) for b, (_, measured) in zip(bare, points))
-            if error < best[0]:
-                best = (error, Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0,
-                                          step_overhead_s=overhead, collective_latency_s=0.0))
-    return best[1], best[0]
+    for overlap, mem, gemm in itertools.product((True, False), grid, grid):
+        hw = replace(base, overlap=overlap, efficiency=Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0,
+                                                                  step_overhead_s=0.0, collective_latency_s=0.0))
+        bare = np.array([step_time(c, hw, precision).total_s for c in costs])
+        x = _nonnegative_fit(columns / measured[:, None], (measured - bare) / measured)
+        error = float(np.max(np.abs((bare + columns @ x) / measured - 1)))
+        if error < best[0]:
+            per_step, eager, per_seq = (x[0], x[1], x[2]) if eager_steps else (x[0], None, x[1])
+            best = (error, Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0, step_overhead_s=float(per_step),
+                                      eager_step_overhead_s=None if eager is None else float(eager),
+                                      seq_overhead_s=float(per_seq), collective_latency_s=0.0), overlap)
+    return best[1], best[0], best[2]
 
 
-def calibrate(dtype_name: str = "float32", num_threads: int | None = None) -> tuple[Hardware, list, float]:
-    """Measure, fit, write the profile; returns (profile, measured points, fit error)."""
+def _nonnegative_fit(a, b):
+    """x >= 0 minimising |a x - b|^2, by least squares on each subset of a's
+    columns (a has a handful of them), the others held at 0."""
+    import numpy as np
+
+    n = a.shape[1]
+    best, best_x = float("inf"), np.zeros(n)
+    for subset in itertools.chain.from_iterable(itertools.combinations(range(n), k) for k in range(n + 1)):
+        x = np.zeros(n)
+        if subset:
+            x[list(subset)] = np.linalg.lstsq(a[:, list(subset)], b, rcond=None)[0]
+        if (x >= 0).all():
+            residual = float(np.sum((a @ x - b) ** 2))
+            if residual < best:
+                best, best_x = residual, x
+    return best_x
+
+
+def _gpu_base(name: str) -> Hardware | None:
+    """The datasheet profile whose name the GPU's name contains (H100, H200, ...), or None."""
+    from tokenmill.sim.hardware import HARDWARE
+
+    upper = name.upper()
+    return next((hw for key, hw in sorted(HARDWARE.items(), key=lambda kv: -len(kv[0])) if key.upper() in upper),
+                None)
+
+
+def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",
+              model: str | None = None) -> tuple[Hardware, list, float]:
+    """Measure, fit, write the profile; returns (profile, measured points, fit error).
+    ``model``: what the engine runs (default: the embedded model; ``dummy:<preset>``
+    for random weights where no checkpoint is at hand)."""
+    from tokenmill.config import EngineConfig
+    from tokenmill.engine.async_engine import AsyncEngine
+
+    load_format = "dummy" if model and model.startswith("dummy:") else "auto"
+    served = AsyncEngine(EngineConfig(model=model, load_format=load_format, device=device, dtype=dtype_name,
+                                      num_threads=num_threads))
+    try:
+        return _calibrate(served, model)
+    finally:
+        served.shutdown()
+
+
+def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
     import torch
 
-    from tokenmill.config import EngineConfig
-    from tokenmill.engine.engine import LLMEngine
     from tokenmill.model.embedded import EMBEDDED_NAME
 
-    engine = LLMEngine(EngineConfig(dtype=dtype_name, num_threads=num_threads))
-    dtype = engine.core.dtype
+    engine = served.engine
+    dev, dtype = engine.core.device, engine.core.dtype
     precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
     if precision is None:
         raise ValueError(f"--dtype: calibrate measures float32 or bfloat16, got {dtype}")
-    bw, flops = measure_peaks(dtype)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    base = Hardware(name="this-machine", memory_bytes=float(memory), memory_bw=bw, flops={precision: flops},
-                    interconnect_bw=bw, scale_up_size=1, scale_out_bw=1e9, default_precision=precision,
-                    price_per_hour=DEFAULT_PRICE_PER_HOUR,
-                    sources=(f"tokenmill sim calibrate, {time.strftime('%Y-%m-%d')}: {_cpu_name()}, "
-                             f"{torch.get_num_threads()} threads, {EMBEDDED_NAME} in {precision}",))
-    points = measure_engine_steps(engine)
-    from tokenmill.sim.models import get_model
-    efficiency, error = fit_efficiency(get_model("smollm2-135m"), base, precision, points)
-    profile = replace(base, efficiency=efficiency)
+    bw, flops = measure_peaks(dtype, dev)
+    what = f"{model or EMBEDDED_NAME} in {precision}"
+    if dev.type == "cuda":
+        gpu = torch.cuda.get_device_name(dev)
+        datasheet = _gpu_base(gpu)
+        memory = float(torch.cuda.get_device_properties(dev).total_memory)
+        price = datasheet.price_per_hour if datasheet else DEFAULT_PRICE_PER_HOUR
+        interconnect = datasheet.interconnect_bw if datasheet else bw
+        source = f"{gpu}, {what}, fused ops {engine.core.fused_ops}, CUDA graphs " \
+                 f"{'on' if engine.core.runner.decode_graphs is not None else 'off'}"
+    else:
+        memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        price, interconnect = DEFAULT_PRICE_PER_HOUR, bw
+        source = f"{_cpu_name()}, {torch.get_num_threads()} threads, {what}"
+    base = Hardware(name="this-machine", memory_bytes=memory, memory_bw=bw, flops={precision: flops},
+                    interconnect_bw=interconnect, scale_up_size=1, scale_out_bw=1e9, default_precision=precision,
+                    price_per_hour=price,
+                    sources=(f"tokenmill sim calibrate, {time.strftime('%Y-%m-%d')}: {source}",))
+    batches = DECODE_BATCHES + ((128,) if dev.type == "cuda" else ())
+    points = measure_served_steps(served, batches)
+    graphs = engine.core.runner.decode_graphs is not None
+    efficiency, error, overlap = fit_efficiency(engine.core.arch, base, precision, points, eager_steps=graphs)
+    profile = replace(base, efficiency=efficiency, overlap=overlap)
     PROFILE_PATH.parent.mkdir(parents=True, exist_ok=True)
     PROFILE_PATH.write_text(json.dumps(profile.to_dict(), indent=2))
     return profile, points, error

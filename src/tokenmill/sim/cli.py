@@ -19,11 +19,13 @@ MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1", "s
 def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=("predict", "calibrate"), default="predict",
                         help="predict (default): simulate the deployment below; calibrate: measure this machine "
-                             "(microbenchmarks and the engine's step times on the embedded model) and write the "
+                             "(microbenchmarks and the engine's step times, on --device) and write the "
                              "this-machine profile")
     g = parser.add_argument_group("what to simulate")
-    g.add_argument("--model", default="llama3.1-8b",
-                   help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder)")
+    g.add_argument("--model", default=None,
+                   help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder); "
+                        "default llama3.1-8b. calibrate: the model the engine runs (a GGUF file, HF folder or "
+                        "dummy:<preset>; default the embedded one)")
     g.add_argument("--hardware", default="h100",
                    help=f"one of {', '.join(HARDWARE)}, or this-machine (after `tokenmill sim calibrate`)")
     g.add_argument("--num-gpus", type=int, default=None, help="devices in the deployment (default: one replica)")
@@ -45,13 +47,18 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                                                   "llama3.1-8b's)")
     w.add_argument("--ttft-ms", type=float, default=None, help="p99 TTFT limit (overrides the preset)")
     w.add_argument("--tpot-ms", type=float, default=None, help="p99 TPOT limit (overrides the preset)")
+    w.add_argument("--target-qps", type=float, default=None,
+                   help="server/interactive: simulate this offered QPS (the whole deployment's) instead of "
+                        "searching the peak that meets the p99 limits")
     w.add_argument("--max-num-seqs", type=int, default=256)
     w.add_argument("--max-num-batched-tokens", type=int, default=8192)
     w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
     c = parser.add_argument_group("calibrate")
-    c.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="the engine's dtype")
+    c.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
+    c.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="the engine's dtype (auto: the engine's default on --device)")
     c.add_argument("--num-threads", type=int, default=None, help="CPU threads (default: torch's)")
 
 
@@ -66,7 +73,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from tokenmill.sim.models import get_model
     from tokenmill.sim.predict import Deployment, Workload, predict
 
-    arch, hw = get_model(args.model), get_hardware(args.hardware)
+    model = args.model or "llama3.1-8b"
+    arch, hw = get_model(model), get_hardware(args.hardware)
     if args.price_per_gpu_hour is not None:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
     parallel = Parallel(args.tp, args.ep, args.attention_dp)
@@ -74,9 +82,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
     deployment = Deployment(args.num_gpus or parallel.devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
                             mtp_tokens_per_step=accepted)
-    preset = args.preset or (args.model if args.model in PRESETS else "llama3.1-8b")
+    preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
+    if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
+        raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
     workload = Workload(args.scenario, args.isl, args.osl, args.num_requests, args.cached_tokens, preset,
-                        args.ttft_ms, args.tpot_ms)
+                        args.ttft_ms, args.tpot_ms, args.target_qps)
     figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
@@ -89,7 +99,8 @@ def _table(f: dict) -> str:
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
              f"  tokens/s           {f['tokens_per_s']:,.0f}"]
     if f["qps"] is not None:
-        lines.append(f"  peak QPS           {f['qps']:.2f} (meeting the p99 limits)")
+        what = "offered" if c.get("target_qps") else "peak meeting the p99 limits"
+        lines.append(f"  QPS                {f['qps']:.2f} ({what})")
     lines.append(f"  TTFT p50 / p99     {f['ttft_ms']['p50']:,.1f} / {f['ttft_ms']['p99']:,.1f} ms")
     if f["tpot_ms"] is not None:
         lines.append(f"  TPOT p50 / p99     {f['tpot_ms']['p50']:,.2f} / {f['tpot_ms']['p99']:,.2f} ms")
@@ -103,14 +114,16 @@ def _table(f: dict) -> str:
 def _calibrate(args: argparse.Namespace) -> int:
     from tokenmill.sim.calibrate import PROFILE_PATH, calibrate
 
-    profile, points, error = calibrate(args.dtype, args.num_threads)
+    profile, points, error = calibrate(args.dtype, args.num_threads, args.device, args.model)
     e = profile.efficiency
-    print(f"this-machine: memory read {profile.memory_bw / 1e9:.1f} GB/s, "
+    print(f"this-machine ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
           f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")
     for (batch, tokens), seconds in points:
         what = f"decode step, batch {batch}" if batch else f"prefill of {tokens} tokens"
         print(f"  engine {what}: {seconds * 1e3:.2f} ms")
-    print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}, overhead {e.step_overhead_s * 1e3:.1f} ms "
-          f"per step; largest step-time error {error * 100:.1f}%")
+    eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
+    print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
+          f"ms per step{eager} + {e.seq_overhead_s * 1e6:.1f} us per sequence; compute and memory "
+          f"{'overlapped' if profile.overlap else 'added'}; largest step-time error {error * 100:.1f}%")
     print(f"wrote {PROFILE_PATH}")
     return 0

@@ -92,6 +92,10 @@ class StepCost:
     """Collective calls in the step (each pays the latency floor)."""
     devices: int
     """Devices in the replica (decides NVLink vs scale-out)."""
+    sequences: int = 0
+    """Sequences in the step (decodes and prefill chunks): the host's per-sequence work."""
+    decode_only: bool = True
+    """One token per sequence, no prefill chunk: the steps an engine replays as CUDA graphs."""
 
     @property
     def memory_bytes(self) -> float:
@@ -104,7 +108,8 @@ class StepCost:
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds; ``total_s = max(compute_s, memory_s) + comm_s + overhead_s``."""
+    """Seconds; ``total_s = max(compute_s, memory_s) + comm_s + overhead_s`` (the
+    sum of compute_s and memory_s where the hardware does not overlap them)."""
 
     compute_s: float
     memory_s: float
@@ -243,17 +248,22 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
     return StepCost(gemm_flops=gemm, attention_flops=attn, weight_bytes=_weight_read(s, r, p, bpp),
                     kv_read_bytes=kv_token * r.kv_read_tokens, kv_write_bytes=kv_token * r.rows,
                     activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
-                    num_collectives=calls, devices=p.devices)
+                    num_collectives=calls, devices=p.devices,
+                    sequences=shape.num_decodes + len(shape.prefills),
+                    decode_only=not shape.prefills and shape.tokens_per_decode == 1)
 
 
 def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     """Seconds for ``cost`` on ``hardware``.
 
-    Rule: compute and memory traffic overlap (the slower one bounds the step);
+    Rule: compute and memory traffic overlap (the slower one bounds the step;
+    on hardware with ``overlap`` False, a CPU's, they add up);
     communication does not (TP all-reduces and EP all-to-alls sit between layers on
     the critical path; overlap tricks such as two-batch overlap are not modelled), and
-    neither does the fixed per-step overhead. GEMMs run at ``precision``; attention at
-    bf16. A replica larger than the NVLink domain communicates at scale-out bandwidth."""
+    neither does the host's overhead (per step, plus per sequence in the step;
+    a step run eagerly beside graph-replayed decode steps pays its own).
+    GEMMs run at ``precision``; attention at bf16. A replica larger than the
+    NVLink domain communicates at scale-out bandwidth."""
     if precision not in hardware.flops:
         raise ValueError(f"--precision: {hardware.name} has no {precision!r} tensor cores; "
                          f"choose from {sorted(hardware.flops)}")
@@ -264,6 +274,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
     link = hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw
     comm = cost.comm_bytes / (link * eff.comm) + cost.num_collectives * eff.collective_latency_s
-    overhead = eff.step_overhead_s
+    eager = eff.eager_step_overhead_s is not None and not cost.decode_only
+    overhead = (eff.eager_step_overhead_s if eager else eff.step_overhead_s) + eff.seq_overhead_s * cost.sequences
+    forward = max(compute, memory) if hardware.overlap else compute + memory
     return StepTime(compute_s=compute, memory_s=memory, comm_s=comm, overhead_s=overhead,
-                    total_s=max(compute, memory) + comm + overhead)
+                    total_s=forward + comm + overhead)

@@ -47,6 +47,19 @@ class Efficiency:
     step_overhead_s: float = 4e-4
     """Fixed cost per engine step outside the forward's roofline: scheduling,
     sampling, input preparation, kernel-launch gaps under CUDA graphs."""
+    eager_step_overhead_s: float | None = None
+    """Per-step host cost of the steps an engine runs eagerly while it replays
+    its decode-only steps as CUDA graphs (ours: steps with a prefill chunk or
+    draft verification), in place of ``step_overhead_s``: eager PyTorch
+    launches every kernel from Python, so a small model's such step costs tens
+    of milliseconds whatever its size. None: every step costs
+    ``step_overhead_s`` (engines that capture every step; CPUs)."""
+    seq_overhead_s: float = 0.0
+    """Host cost per sequence in a step (its scheduling, sampling and output
+    processing), on top of ``step_overhead_s``. Near 0 for the C++ engines of
+    published runs; tens of microseconds in a Python engine such as ours, where
+    it is what makes a small model's step grow with the batch (fitted by
+    ``tokenmill sim calibrate``)."""
     collective_latency_s: float = 8e-6
     """Latency floor of one collective call (all-reduce / all-to-all) on NVLink:
     small-message NCCL or custom all-reduce takes a few microseconds regardless
@@ -57,7 +70,8 @@ class Efficiency:
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency.{name}: must be in (0, 1], got {value}")
-        if self.step_overhead_s < 0 or self.collective_latency_s < 0:
+        if min(self.step_overhead_s, self.seq_overhead_s, self.collective_latency_s,
+               self.eager_step_overhead_s or 0.0) < 0:
             raise ValueError("efficiency: overheads must be >= 0 seconds")
 
 
@@ -86,6 +100,11 @@ class Hardware:
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: tuple[str, ...] = ()
     """Where each number comes from (URLs, document names)."""
+    overlap: bool = True
+    """Compute and memory traffic overlap, so a step's forward takes the larger
+    of the two (GPUs: tensor cores and HBM run at once). False: they add up,
+    which is what a CPU with a few cores measures (``tokenmill sim calibrate``
+    fits both rules and keeps the closer one)."""
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "memory_bw", "interconnect_bw", "scale_out_bw"):

@@ -55,6 +55,9 @@ class Workload:
     """Latency limits (bench presets) for server / interactive."""
     ttft_ms: float | None = None
     tpot_ms: float | None = None
+    target_qps: float | None = None
+    """server / interactive: simulate this QPS (per replica's share of it) instead
+    of searching the peak that meets the limits."""
 
 
 def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
@@ -87,6 +90,10 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
                           config)
     elif w.scenario == "singlestream":
         result = single_stream(min(w.num_requests, 64), w.isl, w.osl, seconds, config)
+    elif w.target_qps is not None:
+        qps = w.target_qps / d.replicas
+        result = simulate(server_requests(qps, w.isl, w.osl, num_requests=w.num_requests,
+                                          cached_tokens=w.cached_tokens), seconds, config)
     else:
         limits = limits_s(w.preset, w.scenario)
         limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
@@ -113,6 +120,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "num_requests": w.num_requests,
+                   "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
     }
