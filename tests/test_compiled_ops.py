@@ -5,6 +5,9 @@ on them giving the torch-ops engine's tokens."""
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import pytest
 import torch
 
@@ -17,6 +20,10 @@ from tokenmill.model.llama_presets import LLAMA_PRESETS
 from tokenmill.sampling_params import SamplingParams
 
 ARCH = LLAMA_PRESETS["tiny"]
+
+# TorchInductor's CPU backend compiles C++ (the same toolchain the C++ kernels need).
+pytestmark = pytest.mark.skipif(not (os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")),
+                                reason="no C++ compiler for TorchInductor's CPU backend")
 
 
 @pytest.fixture(scope="module")

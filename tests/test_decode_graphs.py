@@ -121,3 +121,12 @@ def test_flags():
     for bad in ((0,), (), (2, -1)):
         with pytest.raises(ValueError, match="cuda_graph_sizes"):
             EngineConfig(cuda_graph_sizes=bad)
+
+
+def test_blocks_past_the_context_are_not_read():
+    graphs = _engine([2]).core.runner.decode_graphs  # buckets of 8 and 16 blocks
+    with torch.inference_mode():
+        short = graphs.run([5, 6], [3, 20], [[1], [2, 3]]).clone()
+        # Tables longer than any bucket (blocks allocated ahead, e.g. for drafts) give the same rows.
+        long = graphs.run([5, 6], [3, 20], [[1, *range(10, 30)], [2, 3, 40]]).clone()
+    torch.testing.assert_close(short, long)

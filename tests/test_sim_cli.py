@@ -140,3 +140,26 @@ def test_server_at_a_target_qps(capsys):
     assert f["qps"] == 2 and f["config"]["target_qps"] == 2 and f["ttft_ms"]["p99"] > 0
     assert main(["sim", "--scenario", "offline", "--target-qps", "2", *SMALL]) == 2
     assert "--target-qps" in capsys.readouterr().err
+
+
+def test_search_tries_every_layout_and_keeps_the_best(capsys):
+    from tokenmill.sim.cost import Parallel
+    from tokenmill.sim.hardware import get_hardware
+    from tokenmill.sim.models import get_model
+    from tokenmill.sim.search import SEQ_CHOICES, layouts
+
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--num-gpus", "8", "--search", "--json",
+                 *SMALL]) == 0
+    f = json.loads(capsys.readouterr().out)
+    scores = [c["tokens_per_s_per_gpu"] for c in f["searched"]]
+    assert scores == sorted(scores, reverse=True) and f["tokens_per_s_per_gpu"] == scores[0]
+    best = f["searched"][0]
+    assert (f["config"]["tp"], f["config"]["max_num_seqs"]) == (best["tp"], best["max_num_seqs"])
+    # Dense: TP inside the NVLink domain; MoE: EP with TP or attention-DP beside plain TP.
+    assert layouts(get_model("llama3.1-8b"), get_hardware("h100"), 8) == [Parallel(tp=t) for t in (1, 2, 4, 8)]
+    moe = layouts(get_model("deepseek-r1"), get_hardware("gb300"), 72)
+    assert Parallel(tp=1, ep=72, attention_dp=True) in moe and Parallel(tp=8, ep=8) in moe
+    assert all(72 % p.devices == 0 for p in moe) and len(SEQ_CHOICES) > 3
+    assert main(["sim", "--model", "llama3.1-405b", "--hardware", "h100", "--num-gpus", "1", "--search",
+                 *SMALL]) == 2
+    assert "--num-gpus" in capsys.readouterr().err

@@ -139,15 +139,16 @@ class DecodeGraphs:
         key = self.bucket(batch, max(positions) + 1)
         if key is None:
             return None
-        size, _ = key
+        size, blocks = key
         pad = size - batch
         rows = torch.tensor([token_ids + [0] * pad, positions + [0] * pad,
                              [_slot(t, p, self.block_size) for t, p in zip(tables, positions)]
                              + [self.scratch_block * self.block_size] * pad], dtype=torch.long)
-        # Only the widest table's columns are written: columns past it may hold
-        # older steps' blocks, which the bias hides (they are valid block ids).
-        width = max(len(t) for t in tables)
-        table = torch.tensor([t + [self.scratch_block] * (width - len(t)) for t in tables]
+        # Only the widest table's columns are written (at most the bucket's: blocks
+        # past it, allocated ahead for drafts, hold no context): columns past it may
+        # hold older steps' blocks, which the bias hides (they are valid block ids).
+        width = min(max(len(t) for t in tables), blocks)
+        table = torch.tensor([t[:width] + [self.scratch_block] * (width - len(t)) for t in tables]
                              + [[self.scratch_block] * width] * pad, dtype=torch.long)
         self.rows[:, :size].copy_(rows)
         self.tables[:size, :width].copy_(table)

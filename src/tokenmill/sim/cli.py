@@ -32,6 +32,10 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
+    g.add_argument("--search", action="store_true",
+                   help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
+                        "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits); replaces "
+                        "--tp/--ep/--attention-dp/--max-num-seqs")
     g.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp8", "fp4"),
                    help="weights and GEMMs (default: the hardware's, as published runs use: fp8 Hopper, fp4 Blackwell)")
     g.add_argument("--mtp", type=int, default=0, metavar="N", help="draft tokens verified per decode step")
@@ -87,9 +91,29 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
     workload = Workload(args.scenario, args.isl, args.osl, args.num_requests, args.cached_tokens, preset,
                         args.ttft_ms, args.tpot_ms, args.target_qps)
-    figures = predict(arch, hw, deployment, workload)
+    if args.search:
+        figures = _search(arch, hw, deployment, workload)
+    else:
+        figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def _search(arch, hw, deployment, workload) -> dict:
+    """The best candidate's figures, with the ten best under "searched"."""
+    from tqdm import tqdm
+
+    from tokenmill.sim.search import num_candidates, search
+
+    with tqdm(total=num_candidates(arch, hw, deployment.num_gpus), desc="Searching deployments", unit="candidate",
+              leave=False) as bar:
+        found = search(arch, hw, deployment, workload, progress=bar.update)
+    if not found:
+        raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
+    return {**found[0].figures, "searched": [
+        {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp,
+         "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"]}
+        for c in found[:10]]}
 
 
 def _table(f: dict) -> str:
@@ -107,6 +131,11 @@ def _table(f: dict) -> str:
     if f["cost_per_million_tokens"] is not None:
         price = c["price_per_gpu_hour"]
         lines.append(f"  $ per 1M tokens    {f['cost_per_million_tokens']:.3f} (at ${price}/GPU-hour)")
+    for i, c in enumerate(f.get("searched", ())):
+        if i == 0:
+            lines.append("  best layouts searched (tokens/s per GPU):")
+        lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
+                     f"max-num-seqs {c['max_num_seqs']:>5}: {c['tokens_per_s_per_gpu']:,.0f}")
     lines.append("  (not yet checked against published results; docs/SIMULATOR.md)")
     return "\n".join(lines)
 
