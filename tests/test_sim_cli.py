@@ -73,8 +73,8 @@ def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
     truth = Efficiency(gemm=0.45, memory=0.8, attention=0.45, comm=1.0, step_overhead_s=0.012,
                        seq_overhead_s=2e-4, collective_latency_s=0.0)
     hw = replace(get_hardware("h100"), flops={"fp32": 1e11}, memory_bw=2e10, default_precision="fp32")
-    shapes = {(1, 0): StepShape(decode_contexts=(CONTEXT,)), (8, 0): StepShape(decode_contexts=(CONTEXT,) * 8),
-              (32, 0): StepShape(decode_contexts=(CONTEXT,) * 32), (0, 256): StepShape(prefills=(PrefillChunk(256, 0),))}
+    shapes = {(b, 0): StepShape(decode_contexts=(CONTEXT,) * b) for b in (1, 8, 32)}
+    shapes[(0, 256)] = StepShape(prefills=(PrefillChunk(256, 0),))
     points = [(key, step_time(step_cost(arch, s, Parallel(), "fp32", 4.0), replace(hw, efficiency=truth),
                               "fp32").total_s) for key, s in shapes.items()]
     fitted, error, overlap = fit_efficiency(arch, hw, "fp32", points)
