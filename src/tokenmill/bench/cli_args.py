@@ -73,6 +73,11 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                    help="one server/interactive run per target QPS (throughput-vs-latency curve)")
     p.add_argument("--sweep-concurrency", type=_int_list, default=None, metavar="C1,C2,...",
                    help="one run per --max-concurrency value (offline arrivals, closed loop)")
+    p.add_argument("--uplift", action="store_true",
+                   help="what each technique is worth: the workload on a baseline engine (no prefix caching, "
+                        "torch kernels, no CUDA graphs, no speculative decoding), on the baseline plus each "
+                        "technique alone, and on the full stack (the engine flags as given); one table of ratios "
+                        "to the baseline, uplift.json and uplift.png")
 
 
 def _add_report_args(parser: argparse.ArgumentParser) -> None:

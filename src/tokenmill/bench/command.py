@@ -30,6 +30,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     check_bench_args(args)
     settings = settings_from_args(args)
+    if args.uplift:
+        return _run_uplift(args, settings)
     specs = args.url or [ENGINE_TARGET]
     engine = _start_engine(args) if ENGINE_TARGET in specs else None
     try:
@@ -91,6 +93,39 @@ def _run_target(args, target: Target, workload, settings: BenchSettings, folder:
     return _announce(run_with(settings, None))
 
 
+def _run_uplift(args, settings: BenchSettings) -> int:
+    """--uplift: one in-process engine per configuration (bench/uplift.py), in
+    turn, each shut down before the next starts; the same workload for all."""
+    from tokenmill.bench import compare, report
+    from tokenmill.bench.engine_backend import EngineBackend
+    from tokenmill.bench.peak import save_summary
+    from tokenmill.bench.uplift import uplift_configs, uplift_summary
+    from tokenmill.bench.workloads.args import build_workload
+    from tokenmill.cli_args import engine_config_from_args
+    from tokenmill.engine.async_engine import AsyncEngine
+    from tokenmill.engine.resolve import resolve_device
+
+    config = engine_config_from_args(args)
+    runs = uplift_configs(config, resolve_device(config.device).type)
+    folder, results, workload = Path(args.output_dir) / f"uplift-{settings.scenario}", [], None
+    for i, (label, run_config) in enumerate(runs):
+        print(f"uplift: run {i + 1} of {len(runs)}: {label}", file=sys.stderr, flush=True)
+        engine = AsyncEngine(run_config)
+        try:
+            if workload is None:
+                workload = build_workload(args, engine.tokenizer, max_model_len=engine.max_model_len)
+                print(f"workload: {workload.name}: {workload.description}", file=sys.stderr)
+            target = Target(label=label, kind="engine", api="token ids",
+                            make_backend=lambda engine=engine, label=label: EngineBackend(engine, label))
+            results.append(_run_target(args, target, workload, settings, folder / slug(label), report))
+        finally:
+            engine.shutdown()
+    print(compare.format_comparison(results))
+    save_summary(folder, "uplift.json", uplift_summary(results))
+    _plot(args, "plot_comparison", results, folder / "uplift.png")
+    return 0
+
+
 def _announce(result: BenchResult) -> BenchResult:
     from tokenmill.bench.report import format_result
     print(format_result(result))
@@ -99,6 +134,8 @@ def _announce(result: BenchResult) -> BenchResult:
 
 
 def check_bench_args(args: argparse.Namespace) -> None:
+    if args.uplift and args.url:
+        raise ValueError("uplift: compares configurations of the in-process engine; drop --url")
     modes = [name for name in ("find_peak", "sweep_qps", "sweep_concurrency") if getattr(args, name)]
     if len(modes) > 1:
         raise ValueError(f"{modes[0]}: cannot be combined with {modes[1]}")
