@@ -180,8 +180,9 @@ class AsyncEngine:
                 continue
             self._refresh_stats()
             self._deliver(outputs)
-            if self.step_log is not None:
-                self.step_log.append((*self.engine.core.last_step_shape, time.perf_counter() - start))
+            step_log = self.step_log  # one read: another thread may swap or clear it
+            if step_log is not None:
+                step_log.append((*self.engine.core.last_step_shape, time.perf_counter() - start))
 
     def _apply(self, inbox) -> None:
         adds = 0
