@@ -57,9 +57,9 @@ class Efficiency:
     seq_overhead_s: float = 0.0
     """Host cost per sequence in a step (its scheduling, sampling and output
     processing), on top of ``step_overhead_s``. Near 0 for the C++ engines of
-    published runs; tens of microseconds in a Python engine such as ours, where
-    it is what makes a small model's step grow with the batch (fitted by
-    ``tokenmill sim calibrate``)."""
+    published runs; in a Python engine such as ours it can be what makes a
+    small model's step grow with the batch (on the H200, graph decode steps
+    grew ~20 us per sequence; ``tokenmill sim calibrate`` fits it)."""
     collective_latency_s: float = 8e-6
     """Latency floor of one collective call (all-reduce / all-to-all) on NVLink:
     small-message NCCL or custom all-reduce takes a few microseconds regardless
