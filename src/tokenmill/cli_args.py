@@ -51,7 +51,7 @@ def _add_kernel_args(g) -> None:
     g.add_argument("--fused-ops", choices=FUSED_OPS, default="auto",
                    help="residual add + RMSNorm, rotary embedding, SiLU-and-mul and the greedy argmax: cpp "
                         "(fused C++ kernels; CPU, float32/bfloat16, built with the attention kernel), compiled "
-                        "(the torch ops compiled by TorchInductor at start-up, one kernel each; Triton on CUDA) or "
+                        "(the torch ops fused by TorchInductor at start-up; Triton on CUDA) or "
                         "torch; auto: cpp on CPU, compiled on CUDA, torch where those cannot run")
     g.add_argument("--linear-backend", choices=LINEAR_BACKENDS, default="auto",
                    help="linear layers: mixed (tokenmill's C++ panel kernel for calls of up to 128 rows, "

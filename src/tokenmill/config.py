@@ -51,9 +51,9 @@ class EngineConfig:
     """The decoder layer's elementwise ops (residual add + RMSNorm, rotary
     embedding, SiLU-and-mul) and the greedy argmax: auto | cpp | compiled |
     torch. cpp runs each as one fused C++ kernel (CPU, float32/bfloat16; built
-    with the attention kernel); compiled runs the torch ops compiled by
-    TorchInductor, one generated kernel each (Triton on CUDA; compiled at
-    start-up, kernels/compiled_ops.py); torch runs plain torch ops. auto: cpp
+    with the attention kernel); compiled runs the torch ops fused by
+    TorchInductor (Triton on CUDA; compiled at start-up,
+    kernels/compiled_ops.py); torch runs plain torch ops. auto: cpp
     on CPU, compiled on CUDA, torch where those cannot run."""
     linear_backend: str = "auto"
     """The decoder's linear layers and the LM head: auto | mixed | onednn | torch.

@@ -1,5 +1,6 @@
 """The fused elementwise ops for GPUs: the plain-torch reference ops compiled
-by TorchInductor, one generated kernel per op (Triton on CUDA, C++ on CPU).
+by TorchInductor, which fuses each op's torch ops into generated kernels
+(Triton on CUDA, C++ on CPU; the kernel count per op was not counted).
 
 Why: under CUDA graphs (engine/decode_graphs.py) launches are cheap, but every
 kernel still costs a few microseconds of GPU time, and the torch ops run a

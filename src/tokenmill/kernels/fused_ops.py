@@ -6,7 +6,8 @@ behind one interface, in two implementations with the same signatures:
 - ``cpp_fused_ops(module)``: fused C++ kernels for CPU (kernels/csrc/fused_ops.cpp),
   one pass over the data per op, float32 math rounded once to the model dtype;
 - ``compiled_fused_ops`` (kernels/compiled_ops.py): the torch ops compiled by
-  TorchInductor, one generated kernel per op (Triton on CUDA, under CUDA graphs).
+  TorchInductor, each op's torch ops fused into generated kernels (Triton on
+  CUDA, under CUDA graphs).
 
 Each fused op replaces 3-6 torch ops and their temporaries (about 20 fewer
 dispatches per layer per step); the argmax reads bf16 logits as they are, where
