@@ -182,7 +182,9 @@ class AsyncEngine:
             self._deliver(outputs)
             step_log = self.step_log  # one read: another thread may swap or clear it
             if step_log is not None:
-                step_log.append((*self.engine.core.last_step_shape, time.perf_counter() - start))
+                scheduled = self.engine.core.last_schedule
+                ones = sum(s.num_new_tokens == 1 for s in scheduled.scheduled)
+                step_log.append((ones, scheduled.num_tokens - ones, time.perf_counter() - start))
 
     def _apply(self, inbox) -> None:
         adds = 0

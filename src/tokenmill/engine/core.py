@@ -330,9 +330,7 @@ class EngineCore:
         if self.drafting is not None:
             self.drafting.propose(self.scheduler.running)
         out = self.scheduler.schedule()
-        # (one-token runs, tokens of the longer runs): what `tokenmill sim calibrate` sorts step times by.
-        ones = sum(s.num_new_tokens == 1 for s in out.scheduled)
-        self.last_step_shape = (ones, out.num_tokens - ones)
+        self.last_schedule = out  # what the last step ran (AsyncEngine.step_log reads it)
         outputs = self._run(out) if out else []
         return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
 
