@@ -68,22 +68,24 @@ OPEN = ["Write a short poem about winter.", "Give three tips for learning a new 
 WORKLOADS = {"grounded": GROUNDED, "open": OPEN, "code": CODE_EDITS}
 
 
-def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, drafts: bool = True) -> dict:
+def run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, drafts: bool = True,
+        temperature: float = 0.0) -> dict:
     """Each prompt alone; decode tok/s over the steps after its first token.
-    ``drafts=False``: with the engine's speculative decoding switched off."""
+    ``drafts=False``: with the engine's speculative decoding switched off.
+    ``temperature`` > 0: prompt i sampled with seed i."""
     saved = engine.core.drafting
     if not drafts:
         engine.core.drafting = None
     try:
-        return _run(engine, prompts, max_tokens)
+        return _run(engine, prompts, max_tokens, temperature)
     finally:
         engine.core.drafting = saved
 
 
-def _run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int) -> dict:
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
+def _run(engine: LLMEngine, prompts: list[list[int]], max_tokens: int, temperature: float) -> dict:
     outputs, decode_tokens, decode_seconds = [], 0, 0.0
-    for prompt in prompts:
+    for i, prompt in enumerate(prompts):
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=i if temperature else None)
         engine.add_request(None, prompt, params)
         tokens, t_first = [], None
         while engine.has_unfinished_requests():

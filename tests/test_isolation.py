@@ -14,7 +14,7 @@ import json
 import httpx
 import pytest
 
-import tokenmill.engine.sampler as sampler_module
+import tokenmill.engine.distribution as distribution_module
 from tokenmill.config import EngineConfig
 from tokenmill.engine.async_engine import AsyncEngine
 from tokenmill.engine.engine import LLMEngine
@@ -84,14 +84,14 @@ def test_forward_failure_retries_without_the_suspect(engine, clean, monkeypatch,
 
 
 def test_sampling_failure_fails_that_request_only(engine, clean, monkeypatch):
-    real = sampler_module.apply_top_p
+    real = distribution_module.apply_top_p
 
     def exploding(w, top_p):
         if 0.77 in top_p:
             raise RuntimeError("injected sampler fault")
         real(w, top_p)
 
-    monkeypatch.setattr(sampler_module, "apply_top_p", exploding)
+    monkeypatch.setattr(distribution_module, "apply_top_p", exploding)
     before = engine.stats().request_failures.get("sampling", 0)
     bad = SamplingParams(max_tokens=12, temperature=0.5, top_p=0.77)
     results = engine.generate(PROMPTS + [[9, 9, 9]], PARAMS + [bad])

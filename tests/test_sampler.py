@@ -8,9 +8,7 @@ import pytest
 import torch
 
 from tokenmill.engine.exact_head import ExactHead, ExactLogits
-from tokenmill.engine.sampler import (
-    Sampler,
-    SamplingRow,
+from tokenmill.engine.distribution import (
     apply_min_p,
     apply_penalties,
     apply_top_k,
@@ -18,6 +16,7 @@ from tokenmill.engine.sampler import (
     draw,
     probability_weights,
 )
+from tokenmill.engine.sampler import Sampler, SamplingRow
 from tokenmill.sampling_params import SamplingParams
 
 # ---- reference ------------------------------------------------------------------
@@ -434,17 +433,17 @@ def test_a_row_whose_sampling_raises_fails_alone(monkeypatch):
     The other rows (greedy, seeded, penalized, logprobs) get exactly the tokens
     they get without the poisoned row, and the shared generator is not disturbed
     for the row-by-row retry."""
-    import tokenmill.engine.sampler as sampler_module
+    import tokenmill.engine.distribution as distribution_module
 
     poison = 0.123
-    real = sampler_module.apply_min_p
+    real = distribution_module.apply_min_p
 
     def exploding(w, min_p):
         if poison in min_p:
             raise RuntimeError("injected sampler fault")
         real(w, min_p)
 
-    monkeypatch.setattr(sampler_module, "apply_min_p", exploding)
+    monkeypatch.setattr(distribution_module, "apply_min_p", exploding)
     vocab = 500
     x = rand_logits(5, vocab, 27)
 

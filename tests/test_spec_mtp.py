@@ -24,8 +24,8 @@ from tokenmill.sampling_params import SamplingParams
 TINY = dict(model="dummy:deepseek-v3-tiny", dtype="float32", device="cpu", max_model_len=128, seed=3)
 
 
-def mtp(k: int) -> dict:
-    return {"method": "mtp", "num_speculative_tokens": k, "adaptive": False}
+def mtp(k: int, acceptance: str = "exact_match") -> dict:
+    return {"method": "mtp", "num_speculative_tokens": k, "adaptive": False, "acceptance_method": acceptance}
 
 
 def prompts(n: int, length: int = 40) -> list[list[int]]:
@@ -44,6 +44,23 @@ def test_greedy_and_seeded_outputs_are_identical(k):
     assert [r.token_ids for r in spec.generate(batch, params)] == want
     assert [spec.generate([p], q)[0].token_ids for p, q in zip(batch, params)] == want
     stats = spec.stats()
+    assert stats.spec_draft_tokens > 0 and stats.kv_blocks_used == 0
+
+
+def test_rejection_sampler_keeps_greedy_outputs_and_repeats_seeded_ones():
+    """Sampled drafts: greedy requests still match decoding without drafts; the
+    seeded ones (their drafts drawn from the MTP distribution) repeat exactly."""
+    plain = LLMEngine(EngineConfig(**TINY, num_kv_blocks=64))
+    runs = [LLMEngine(EngineConfig(**TINY, num_kv_blocks=64, speculative_config=mtp(2, "rejection_sampler")))
+            for _ in range(2)]
+    batch = prompts(4)
+    params = [SamplingParams(max_tokens=20, ignore_eos=True,
+                             **({"temperature": 0.0} if i % 2 else {"temperature": 0.9, "seed": i}))
+              for i in range(4)]
+    want = [r.token_ids for r in plain.generate(batch, params)]
+    first, second = ([r.token_ids for r in e.generate(batch, params)] for e in runs)
+    assert first[1::2] == want[1::2] and second == first
+    stats = runs[0].stats()
     assert stats.spec_draft_tokens > 0 and stats.kv_blocks_used == 0
 
 
@@ -95,7 +112,7 @@ def test_each_first_draft_is_what_a_fresh_mtp_pass_gives():
         if req is None or "r" not in drafter.drafts:
             continue
         ref = reference_draft_logits(core.model, req.token_ids)
-        assert ref[drafter.drafts["r"][0]] >= ref.max() - 1e-4
+        assert ref[drafter.drafts["r"][0][0]] >= ref.max() - 1e-4
         checked += 1
     assert checked >= 3
 

@@ -77,8 +77,12 @@ def _add_kernel_args(g) -> None:
                         '\'{"method": "mtp", "num_speculative_tokens": 1}\' (DeepSeek\'s MTP layer drafts), or '
                         '\'{"method": "draft_model", "model": "DRAFT.gguf", "num_speculative_tokens": 3}\' (a '
                         'smaller model sharing the tokenizer drafts; "quantization": "int4" for its weights); '
-                        'drafts are verified in the same steps, so outputs are the same; "adaptive": true (default) '
-                        'verifies only the drafts that measured step times say pay; "disable_by_batch_size": N')
+                        'drafts are verified in the same steps, so greedy outputs are the same; sampled requests '
+                        'keep a draft drawn from the draft model with probability min(1, p/q) '
+                        '("acceptance_method": "rejection_sampler", default) or only where the model\'s own draw '
+                        'equals its argmax draft ("exact_match": seeded outputs as without drafts); "adaptive": '
+                        'true (default) verifies only the drafts that measured step times say pay; '
+                        '"disable_by_batch_size": N')
 
 
 def _add_scheduler_args(g) -> None:

@@ -56,10 +56,10 @@ from tokenmill.engine.resolve import (
     resolve_linear_backend,
 )
 from tokenmill.engine.runner import ForwardResult, ModelRunner
-from tokenmill.engine.sampler import Sampler, SamplingRow, token_logprobs
+from tokenmill.engine.sampler import Sampler, token_logprobs
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
-from tokenmill.engine.verify import accept_exact
+from tokenmill.engine.verify import accept_exact, verification_rows
 from tokenmill.errors import RequestError
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.invariant_linear import make_batch_invariant
@@ -138,7 +138,8 @@ class EngineCore:
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
         self.structured = StructuredOutputs(self.tokenizer_source, self.arch.vocab_size)
         """Grammar matchers of constrained requests (structured outputs)."""
-        self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv)) \
+        self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv,
+                                                     config.seed)) \
             if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
         if graph_sizes:  # last: the capture sees every buffer the steps will use
@@ -399,10 +400,9 @@ class EngineCore:
         rows, spans = [], []
         for s in forward.sampling:
             req = s.request
-            drafts, output = req.draft_token_ids[:s.num_draft_tokens], req.output_token_ids
+            drafts = req.draft_token_ids[:s.num_draft_tokens]
             spans.append((len(rows), drafts))
-            rows += [SamplingRow(req.params, req.prompt_token_ids, output + drafts[:j] if j else output)
-                     for j in range(s.num_sample_rows)]
+            rows += verification_rows(req, drafts)
         if masks is not None:
             failed.update((rid, ("grammar", error)) for rid, error in masks.errors.items())
             StructuredOutputs.apply(masks, forward.logits,

@@ -26,8 +26,21 @@ def _splitmix64(x: int) -> int:
     return z ^ (z >> 31)
 
 
-def seeded_uniform(seed: int, position: int) -> float:
+STREAM_SAMPLE = 0
+"""The draw of the token at a position (every sampled row)."""
+STREAM_ACCEPT = 1
+"""Rejection sampling: the accept/reject test of a draft at a position (engine/rejection.py)."""
+STREAM_DRAFT = 2
+"""Rejection sampling: the draft model's own draw of its draft at a position (spec/draft_sampling.py)."""
+
+
+def seeded_uniform(seed: int, position: int, stream: int = STREAM_SAMPLE) -> float:
     """U[0, 1) as a float64 with 53 random bits, for output token ``position``
-    (0 = the first generated token) of a request sampled with ``seed``."""
-    bits = _splitmix64((_splitmix64(seed & _MASK) + _splitmix64(position & _MASK)) & _MASK)
+    (0 = the first generated token) of a request sampled with ``seed``.
+    ``stream`` tells apart the independent numbers one position may need
+    (stream 0 is the plain draw, the same numbers as before streams existed)."""
+    key = (_splitmix64(seed & _MASK) + _splitmix64(position & _MASK)) & _MASK
+    if stream:
+        key = (_splitmix64(key) + _splitmix64((stream * _GOLDEN) & _MASK)) & _MASK
+    bits = _splitmix64(key)
     return (bits >> 11) * (1.0 / (1 << 53))

@@ -59,6 +59,10 @@ class Request:
     """Proposed next tokens (speculative decoding), not yet accepted: the
     scheduler feeds them after ``token_ids`` so one step verifies them all;
     ``Scheduler.update`` clears them."""
+    draft_probs: list = field(default_factory=list, init=False)
+    """Per draft in ``draft_token_ids`` (or empty: none): the distribution
+    ([V] float32 tensor) a draft model drew it from, or None for a draft
+    checked by exact match (spec/draft_sampling.py, engine/rejection.py)."""
     num_drafts_verified: int = field(default=0, init=False)
     num_drafts_accepted: int = field(default=0, init=False)
     """Speculative decoding, this request's share (logged at debug level when it ends)."""

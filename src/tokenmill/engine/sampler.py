@@ -9,14 +9,15 @@ Logprobs are the "processed" kind: log-softmax of the penalized logits, before
 temperature and truncation, i.e. the model's distribution as OpenAI clients
 expect it (vLLM's default, "raw", differs only for requests with penalties).
 
-Sampling works on unnormalised weights w = exp((x - max) / T) (the top token
-has w = 1): top-k, top-p and min-p zero weights out, keeping every token tied
-with the cut-off value. The draw is an inverse-CDF lookup with one float64
-uniform per row per step, done in two levels (blocks of 256 ids, then inside
-the chosen block) so float64 prefix sums stay cheap and exact enough. A seeded
-request's uniform is a function of its seed and the output position being
-sampled (engine/counter_rng.py), so its tokens depend only on its own logits
-and seed, never on the batch, its row, or where it ran its earlier steps.
+Sampled rows draw from the processed weights of engine/distribution.py with
+one float64 uniform per row per step. A seeded request's uniform is a
+function of its seed and the output position being sampled
+(engine/counter_rng.py), so its tokens depend only on its own logits and
+seed, never on the batch, its row, or where it ran its earlier steps.
+
+A sampled row that verifies a draft drawn from a draft model's distribution
+(SamplingRow.draft) keeps or replaces it by the rejection rule
+(engine/rejection.py), with a second uniform for the accept test.
 """
 
 from __future__ import annotations
@@ -24,24 +25,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain
 
-import numpy as np
 import torch
 
-from tokenmill.engine.counter_rng import seeded_uniform
+from tokenmill.engine.counter_rng import STREAM_ACCEPT, seeded_uniform
+from tokenmill.engine.distribution import apply_penalties, argmax_finite, draw, filtered_weights, take_rows
 from tokenmill.engine.exact_head import ExactLogits
+from tokenmill.engine.rejection import accept_or_resample
 from tokenmill.kernels.fused_ops import TORCH_FUSED_OPS
 from tokenmill.outputs import TokenLogprob
 from tokenmill.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
-
-_BLOCK = 256
-"""Ids per block in the two-level inverse-CDF draw."""
-_TOP_P_CANDIDATES = (256, 4096)
-"""Top-p first looks for its cut-off among this many most likely ids; rows
-whose nucleus is wider fall back to a full sort."""
 
 
 @dataclass
@@ -50,6 +45,12 @@ class SamplingRow:
     prompt_token_ids: list[int]
     output_token_ids: list[int]
     """Tokens generated before the one sampled now (its position is their count)."""
+    draft: int | None = None
+    draft_probs: torch.Tensor | None = None
+    """A sampled row verifying a draft that a draft model drew from its own
+    distribution: the draft and that distribution ([V_draft] float32, sums to
+    1). The row keeps it or replaces it by the rejection rule. None: the row
+    draws as usual (greedy rows, and drafts without a distribution: exact match)."""
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Sampler:
         if not rows:
             return SamplerOutput([], [])
         logits = logits[:, :self.vocab_size]  # [R, V]
-        u = self._uniforms(rows)  # [R] float64; NaN on greedy rows (they draw nothing)
+        u = self._uniforms(rows)  # [R, 2] float64: draw, accept test; NaN where a row needs none
         if not self.row_by_row:
             try:
                 return self._sample_rows(logits, rows, u, exact)
@@ -112,7 +113,7 @@ class Sampler:
 
     def _sample_rows(self, logits: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor,
                      exact: ExactLogits | None) -> SamplerOutput:
-        """logits [R, V], u [R] -> one token per row (the batched pass)."""
+        """logits [R, V], u [R, 2] -> one token per row (the batched pass)."""
         params = [r.params for r in rows]
         if all(p.greedy and not p.uses_penalties and p.logprobs is None for p in params):
             return SamplerOutput(self._greedy(logits, exact).tolist(), [None] * len(rows))
@@ -125,11 +126,11 @@ class Sampler:
         penalized = [i for i, p in enumerate(params) if p.greedy and p.uses_penalties]
         sampled = [i for i, p in enumerate(params) if not p.greedy]
         if plain:  # the same call as the all-greedy path: a row's token never depends on the batch
-            tokens[plain] = self._greedy(_take_rows(logits, plain), exact.rows(plain) if exact is not None else None)
+            tokens[plain] = self._greedy(take_rows(logits, plain), exact.rows(plain) if exact is not None else None)
         if penalized:
-            tokens[penalized] = argmax_finite(_take_rows(x, penalized))
+            tokens[penalized] = argmax_finite(take_rows(x, penalized))
         if sampled:
-            tokens[sampled] = self._sample(_take_rows(x, sampled), [params[i] for i in sampled], u[sampled])
+            tokens[sampled] = self._sample(take_rows(x, sampled), [rows[i] for i in sampled], u[sampled])
         token_ids = tokens.tolist()
         return SamplerOutput(token_ids, compute_logprobs(x, params, token_ids))
 
@@ -150,97 +151,50 @@ class Sampler:
             index[j] = cols[exact.head.columns(exact.hidden[j], cols).argmax()]
         return index
 
-    def _sample(self, x: torch.Tensor, params: list[SamplingParams], u: torch.Tensor) -> torch.Tensor:
-        """x: [S, V] penalized logits of non-greedy rows (may be a view), u [S] -> [S] token ids.
+    def _sample(self, x: torch.Tensor, rows: list[SamplingRow], u: torch.Tensor) -> torch.Tensor:
+        """x: [S, V] penalized logits of non-greedy rows (may be a view), u [S, 2] -> [S] token ids.
 
         A row whose weights are not all finite (NaN or inf logits) or sum to
-        zero has no distribution to draw from: it takes the argmax instead."""
-        w = probability_weights(x, [p.temperature for p in params])  # [S, V]
-        apply_top_k(w, [p.top_k for p in params])
-        apply_top_p(w, [p.top_p for p in params])
-        apply_min_p(w, [p.min_p for p in params])
+        zero has no distribution to draw from: it takes the argmax instead
+        (and so rejects its draft unless the draft is that argmax)."""
+        w = filtered_weights(x, [r.params for r in rows])  # [S, V]
+        u = u.to(w.device)
         total = w.sum(dim=-1, dtype=torch.float64)  # [S]; NaN or inf if any weight is
-        broken = ~(torch.isfinite(total) & (total > 0))
-        if not broken.any():
-            return draw(w, u.to(w.device))
-        log.warning("%d sampled row(s) had no finite distribution; taking their argmax", int(broken.sum()))
-        tokens = argmax_finite(x)  # [S]
-        ok = torch.nonzero(~broken).flatten()
-        if ok.numel():
-            tokens[ok] = draw(w[ok], u.to(w.device)[ok])
+        ok = torch.isfinite(total) & (total > 0)
+        tokens = torch.empty(len(rows), dtype=torch.long, device=w.device)  # [S]
+        if not ok.all():
+            log.warning("%d sampled row(s) had no finite distribution; taking their argmax", int((~ok).sum()))
+            tokens[~ok] = argmax_finite(x[~ok])
+        ok_rows = torch.nonzero(ok).flatten().tolist()
+        verify = [i for i in ok_rows if rows[i].draft is not None]
+        plain = [i for i in ok_rows if rows[i].draft is None]
+        if plain:
+            tokens[plain] = draw(take_rows(w, plain), u[plain, 0])
+        if verify:
+            drafts = torch.tensor([rows[i].draft for i in verify], dtype=torch.long, device=w.device)
+            q = torch.nn.utils.rnn.pad_sequence([rows[i].draft_probs.to(w.device) for i in verify], batch_first=True)
+            tokens[verify] = accept_or_resample(take_rows(w, verify), drafts, q, u[verify, 1], u[verify, 0])
         return tokens
 
     def _uniforms(self, rows: list[SamplingRow]) -> torch.Tensor:
-        """One U[0, 1) float64 per sampled row (NaN for greedy rows): seeded rows
-        from their seed and output position, the others from the shared generator."""
-        u = torch.full((len(rows),), float("nan"), dtype=torch.float64)  # [R]
+        """[R, 2] U[0, 1) float64: column 0 each sampled row's draw, column 1 the
+        accept test of a row verifying a sampled draft; NaN where a row needs
+        none. Seeded rows' numbers come from their seed, output position and
+        stream (engine/counter_rng.py), the others' from the shared generator."""
+        u = torch.full((len(rows), 2), float("nan"), dtype=torch.float64)  # [R, 2]
         sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
-        shared = [i for i in sampled if rows[i].params.seed is None]
+        shared = [(i, 0) for i in sampled if rows[i].params.seed is None]
+        shared += [(i, 1) for i, _ in shared if rows[i].draft is not None]
         if shared:
-            u[shared] = torch.rand(len(shared), dtype=torch.float64, generator=self.generator)
+            idx = torch.tensor(shared, dtype=torch.long)
+            u[idx[:, 0], idx[:, 1]] = torch.rand(len(shared), dtype=torch.float64, generator=self.generator)
         for i in sampled:
-            seed = rows[i].params.seed
+            seed, position = rows[i].params.seed, len(rows[i].output_token_ids)
             if seed is not None:
-                u[i] = seeded_uniform(seed, len(rows[i].output_token_ids))
+                u[i, 0] = seeded_uniform(seed, position)
+                if rows[i].draft is not None:
+                    u[i, 1] = seeded_uniform(seed, position, STREAM_ACCEPT)
         return u
-
-
-def argmax_finite(x: torch.Tensor) -> torch.Tensor:
-    """x [R, V] float -> [R] argmax, NaN counting as -inf (torch's argmax picks NaN)."""
-    if torch.isnan(x).any():
-        x = torch.nan_to_num(x, nan=float("-inf"))
-    return x.argmax(dim=-1)
-
-
-def _take_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
-    """x[idx] without the copy when idx is every row in order."""
-    return x if len(idx) == x.shape[0] else x[idx]
-
-
-def apply_penalties(x: torch.Tensor, rows: list[SamplingRow]) -> None:
-    """In place on contiguous x [R, V], through flat indices row * V + id.
-
-    Repetition (HF): every id in prompt or output, logit > 0 divided by the
-    penalty, otherwise multiplied. Frequency/presence (OpenAI): output ids
-    only, logit -= count * frequency + presence.
-    """
-    flat_x = x.view(-1)  # [R * V]
-    rep = [i for i, r in enumerate(rows) if r.params.repetition_penalty != 1.0]
-    if rep:
-        flat, row = _flat_ids([rows[i].prompt_token_ids + rows[i].output_token_ids for i in rep], rep, x)
-        penalty = _per_row(x, rows, rep, lambda p: p.repetition_penalty)[row]  # [N]
-        vals = flat_x[flat]
-        # Duplicate ids all compute the same value from the original logit.
-        flat_x[flat] = torch.where(vals > 0, vals / penalty, vals * penalty)
-    fp = [i for i, r in enumerate(rows)
-          if (r.params.frequency_penalty or r.params.presence_penalty) and r.output_token_ids]
-    if fp:
-        flat, _ = _flat_ids([rows[i].output_token_ids for i in fp], fp, x)
-        uniq, counts = torch.unique(flat, return_counts=True)  # [U] distinct (row, id)
-        row = torch.div(uniq, x.shape[1], rounding_mode="floor")
-        freq = _per_row(x, rows, fp, lambda p: p.frequency_penalty)[row]
-        pres = _per_row(x, rows, fp, lambda p: p.presence_penalty)[row]
-        flat_x.index_add_(0, uniq, -(counts * freq + pres))
-
-
-def _per_row(x: torch.Tensor, rows: list[SamplingRow], idx: list[int], get) -> torch.Tensor:
-    """[R] float32 holding get(params) at rows idx (zero elsewhere)."""
-    out = torch.zeros(len(rows), dtype=x.dtype, device=x.device)
-    out[idx] = torch.tensor([get(rows[i].params) for i in idx], dtype=x.dtype, device=x.device)
-    return out
-
-
-def _flat_ids(ids: list[list[int]], rows: list[int], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row id lists -> ([N] flat indices row * V + id into x, [N] row of each).
-
-    Ids outside the vocabulary are dropped."""
-    vocab = x.shape[1]
-    tok = torch.tensor(list(chain.from_iterable(ids)), dtype=torch.long, device=x.device)  # [N]
-    row = torch.repeat_interleave(torch.tensor(rows, dtype=torch.long, device=x.device),
-                                  torch.tensor([len(i) for i in ids], device=x.device))  # [N]
-    keep = (tok >= 0) & (tok < vocab)
-    tok, row = tok[keep], row[keep]
-    return row * vocab + tok, row
 
 
 def compute_logprobs(x: torch.Tensor, params: list[SamplingParams],
@@ -250,7 +204,7 @@ def compute_logprobs(x: torch.Tensor, params: list[SamplingParams],
     wanted = [i for i, p in enumerate(params) if p.logprobs is not None]
     if not wanted:
         return out
-    lp = torch.log_softmax(_take_rows(x, wanted), dim=-1)  # [W, V]
+    lp = torch.log_softmax(take_rows(x, wanted), dim=-1)  # [W, V]
     chosen = lp.gather(1, torch.tensor([[tokens[i]] for i in wanted], device=lp.device)).view(-1).tolist()
     top_vals, top_ids = _top(lp, max(params[i].logprobs for i in wanted))  # [W, n_max]
     top_vals, top_ids = top_vals.tolist(), top_ids.tolist()
@@ -281,110 +235,3 @@ def _top(lp: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         s_vals, s_ids = lp[tied].sort(dim=-1, descending=True, stable=True)
         vals[tied], ids[tied] = s_vals[:, :vals.shape[1]], s_ids[:, :vals.shape[1]]
     return vals[:, :n], ids[:, :n]
-
-
-def probability_weights(x: torch.Tensor, temperatures: list[float]) -> torch.Tensor:
-    """x [S, V] -> new tensor exp((x - row max) / T): unnormalised probabilities, max 1."""
-    w = x - x.amax(dim=-1, keepdim=True)  # [S, V], a fresh tensor
-    if any(t != 1.0 for t in temperatures):
-        w.div_(torch.tensor(temperatures, dtype=w.dtype, device=w.device)[:, None])
-    return w.exp_()
-
-
-def _masked_rows(w: torch.Tensor, idx: list[int], keep_from: torch.Tensor) -> None:
-    """Zero w[idx] where below the per-row threshold keep_from [len(idx), 1]."""
-    if len(idx) == w.shape[0]:
-        w.masked_fill_(w < keep_from, 0.0)
-    else:
-        sub = w[idx]
-        w[idx] = sub.masked_fill_(sub < keep_from, 0.0)
-
-
-def apply_top_k(w: torch.Tensor, top_k: list[int]) -> None:
-    """In place on w [S, V]: keep the k largest weights per row (and ties with the k-th)."""
-    vocab = w.shape[1]
-    idx = [i for i, k in enumerate(top_k) if 0 < k < vocab]
-    if not idx:
-        return
-    ks = [top_k[i] for i in idx]
-    top = largest(_take_rows(w, idx), max(ks))  # [K, k_max]
-    kth = top.gather(1, torch.tensor(ks, device=w.device)[:, None] - 1)  # [K, 1]
-    _masked_rows(w, idx, kth)
-
-
-def largest(x: torch.Tensor, m: int) -> torch.Tensor:
-    """x [n, V] -> its m largest values per row [n, m], descending.
-
-    On CPU through numpy, whose SIMD partition/sort is several times faster
-    than torch.topk/torch.sort there.
-    """
-    vocab = x.shape[1]
-    if x.device.type != "cpu":
-        return x.sort(dim=-1, descending=True).values if m >= vocab else x.topk(m, dim=-1).values
-    a = x.numpy()
-    if m < vocab:
-        a = np.partition(a, vocab - m, axis=-1)[:, vocab - m:]
-    # A copy, not ascontiguousarray: that keeps the negative stride of a
-    # [n, 1] view (it counts as contiguous), which torch.from_numpy refuses.
-    return torch.from_numpy(np.sort(a, axis=-1)[:, ::-1].copy())
-
-
-def apply_top_p(w: torch.Tensor, top_p: list[float]) -> None:
-    """In place on w [S, V]: keep the smallest most-likely set whose mass reaches
-    top_p (a token stays when the mass strictly above it is < top_p)."""
-    idx = [i for i, p in enumerate(top_p) if p < 1.0]
-    if not idx:
-        return
-    sub = _take_rows(w, idx)  # [P, V]
-    target = sub.sum(dim=-1, keepdim=True).double() * torch.tensor(
-        [top_p[i] for i in idx], dtype=torch.float64, device=w.device)[:, None]  # [P, 1]
-    thresh = torch.empty(len(idx), 1, dtype=w.dtype, device=w.device)  # [P, 1]
-    todo = torch.arange(len(idx), device=w.device)
-    for m in (*_TOP_P_CANDIDATES, w.shape[1]):
-        m = min(m, w.shape[1])
-        vals = largest(sub[todo], m)  # [n, m]
-        cum = vals.cumsum(dim=-1, dtype=torch.float64)  # [n, m]
-        above = torch.nn.functional.pad(cum[:, :-1], (1, 0))  # mass strictly above each candidate
-        count = (above < target[todo]).sum(dim=-1, keepdim=True).clamp_(min=1)  # [n, 1]
-        done = (cum[:, -1:] >= target[todo]).view(-1) | (m == w.shape[1])
-        thresh[todo[done]] = vals.gather(1, count - 1)[done]
-        todo = todo[~done]
-        if todo.numel() == 0:
-            break
-    _masked_rows(w, idx, thresh)
-
-
-def apply_min_p(w: torch.Tensor, min_p: list[float]) -> None:
-    """In place on w [S, V]: drop weights below min_p x the top one (which is 1)."""
-    idx = [i for i, p in enumerate(min_p) if p > 0.0]
-    if idx:
-        _masked_rows(w, idx, torch.tensor([min_p[i] for i in idx], dtype=w.dtype, device=w.device)[:, None])
-
-
-def draw(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse CDF: w [S, V] unnormalised weights, u [S] float64 in [0, 1) -> [S] ids.
-
-    First the block of _BLOCK ids whose cumulative mass passes u * total, then
-    the id inside it. Both searches are clamped below the last prefix sum, so
-    the id found always has weight > 0.
-    """
-    rows, vocab = w.shape
-    n_blocks = -(-vocab // _BLOCK)
-    if n_blocks * _BLOCK != vocab:
-        w = torch.nn.functional.pad(w, (0, n_blocks * _BLOCK - vocab))
-    blocks = w.view(rows, n_blocks, _BLOCK)  # [S, nb, B]
-    mass = blocks.sum(dim=-1).double()  # [S, nb]
-    cum = mass.cumsum(dim=-1)  # [S, nb]
-    target = _below_last(u[:, None] * cum[:, -1:], cum)  # [S, 1]
-    b = torch.searchsorted(cum, target, right=True)  # [S, 1]
-    rest = target - (cum.gather(1, b) - mass.gather(1, b))  # mass still to cover inside block b
-    chosen = blocks[torch.arange(rows, device=w.device), b.view(-1)]  # [S, B]
-    inner = chosen.cumsum(dim=-1, dtype=torch.float64)  # [S, B]
-    j = torch.searchsorted(inner, _below_last(rest.clamp_(min=0.0), inner), right=True)  # [S, 1]
-    return (b * _BLOCK + j).view(-1)
-
-
-def _below_last(t: torch.Tensor, cum: torch.Tensor) -> torch.Tensor:
-    """Clamp t [S, 1] to just under the row's last prefix sum (so searchsorted stays in range)."""
-    last = cum[:, -1:]
-    return torch.minimum(t, torch.nextafter(last, torch.zeros_like(last)))

@@ -188,7 +188,7 @@ class Scheduler:
                 if status is not None:
                     break
             req.num_computed_tokens = s.start + s.num_new_tokens - s.num_draft_tokens + max(appended - 1, 0)
-            req.draft_token_ids = []
+            req.draft_token_ids, req.draft_probs = [], []
             self.kv.cache_computed_blocks(req)
             if appended or status is not None:
                 advanced.append((req, appended))

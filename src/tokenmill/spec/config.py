@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 
 METHODS = ("ngram", "self-int4", "mtp", "draft_model")
 DRAFT_QUANTIZATIONS = ("int8", "int4")
+ACCEPTANCE_METHODS = ("rejection_sampler", "exact_match")
 MAX_SPECULATIVE_TOKENS = 16
 
 
@@ -44,6 +45,15 @@ class SpeculativeConfig:
     """draft_model: the draft's GGUF file or HF directory (or ``dummy:<preset>``)."""
     quantization: str | None = None
     """draft_model: the draft's weights in int8 or int4 (kernels/quantize.py); None: as loaded."""
+    acceptance_method: str = "rejection_sampler"
+    """Sampled requests (temperature > 0) of model drafters (self-int4,
+    draft_model, mtp): ``rejection_sampler`` draws each draft from the draft
+    model's distribution and keeps it with probability min(1, p/q)
+    (engine/rejection.py); ``exact_match`` drafts the argmax and keeps it only
+    where the target's own draw equals it, so seeded outputs are
+    token-identical to decoding without drafts (spec/draft_sampling.py). Both
+    leave the output distribution the target's. Greedy requests and ngram
+    drafts are always checked by exact match."""
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -70,6 +80,9 @@ class SpeculativeConfig:
         if self.quantization is not None and self.quantization not in DRAFT_QUANTIZATIONS:
             raise ValueError(f"speculative_config.quantization: must be one of {DRAFT_QUANTIZATIONS}, "
                              f"got {self.quantization!r}")
+        if self.acceptance_method not in ACCEPTANCE_METHODS:
+            raise ValueError(f"speculative_config.acceptance_method: must be one of {ACCEPTANCE_METHODS}, "
+                             f"got {self.acceptance_method!r}")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError(f"speculative_config.prompt_lookup_min: {self.prompt_lookup_min} exceeds "
                              f"prompt_lookup_max {self.prompt_lookup_max}")

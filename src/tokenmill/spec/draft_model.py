@@ -23,7 +23,8 @@ does a new one, even when its prompt hit the prefix cache (those blocks'
 draft rows may never have been written). That keeps drafts right; outputs
 are right whatever the drafts (engine/verify.py).
 
-Greedy drafts are exact under sampling too (see spec/model_drafter.py).
+Each draft is picked by spec/draft_sampling.py: the argmax, or for sampled
+requests a draw from the draft's distribution (rejection sampling).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import torch
 from tokenmill.model.kv_cache_spec import allocate_kv_caches
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import SpeculativeConfig
+from tokenmill.spec.draft_sampling import DraftSampler
 
 CATCH_UP_ROWS = 2048
 """Rows per catch-up pass of the draft, over all its requests (bounds its activations)."""
@@ -80,15 +82,18 @@ class _DraftCache:
 
 
 class DraftModelDrafter:
-    """Greedy drafts from a separate model over its own cache, caught up per request."""
+    """Drafts from a separate model over its own cache, caught up per request."""
 
     drafts_cost_passes = True
     """Each draft position costs a forward pass of the draft model (spec/adaptive.py)."""
 
-    def __init__(self, draft: CausalLM, runner: ModelRunner, kv: KVCacheManager):
+    def __init__(self, draft: CausalLM, runner: ModelRunner, kv: KVCacheManager, sampler: DraftSampler):
         self.draft = draft
         self.runner = runner
         self.kv = kv
+        self.sampler = sampler
+        self.last_probs: list[list[torch.Tensor | None]] = []
+        """Per request of the last propose(), per draft: the distribution it was drawn from, or None (an argmax)."""
         target_cache = runner.kv_caches[0]
         self.caches = allocate_kv_caches(draft.kv_cache_spec(), target_cache.shape[0], runner.block_size,
                                          target_cache.device, target_cache.dtype)
@@ -102,6 +107,8 @@ class DraftModelDrafter:
     @torch.inference_mode()
     def propose(self, requests: list[Request], limits: list[int]) -> list[list[int]]:
         drafts: list[list[int]] = [[] for _ in requests]
+        probs: list[list[torch.Tensor | None]] = [[] for _ in requests]
+        self.last_probs = probs
         self.catch_up_seconds = 0.0
         # Blocks for the pending token and `limit` drafts after it, or no drafts.
         active = [i for i, (req, limit) in enumerate(zip(requests, limits))
@@ -118,15 +125,14 @@ class DraftModelDrafter:
         ids = [t for i in active for t in requests[i].token_ids[starts[i]:]]
         hidden = self._forward(ids, runs, [requests[i] for i in active])
         last_rows = torch.tensor(runs, dtype=torch.long)[:, 1].cumsum(0) - 1
-        picked = self.draft.compute_logits(hidden[last_rows]).argmax(dim=-1).tolist()
-        for i, token in zip(active, picked):
-            drafts[i].append(token)
+        self.sampler.extend(self.draft.compute_logits(hidden[last_rows]), self.draft.arch.vocab_size, requests, active,
+                            drafts, probs)
         for step in range(1, max(limits[i] for i in active)):
             rows = [i for i in active if limits[i] > step]
             reqs = [requests[i] for i in rows]
             hidden = self._forward([drafts[i][-1] for i in rows], [(r.num_tokens - 1 + step, 1) for r in reqs], reqs)
-            for i, token in zip(rows, self.draft.compute_logits(hidden).argmax(dim=-1).tolist()):
-                drafts[i].append(token)
+            self.sampler.extend(self.draft.compute_logits(hidden), self.draft.arch.vocab_size, requests, rows,
+                                drafts, probs)
         for i in active:
             req = requests[i]
             self.states[req.request_id] = _DraftCache(req.num_tokens, drafts[i][:-1], req.num_preemptions)

@@ -70,8 +70,10 @@ class Drafting:
             self.policy.record_pass(sum(c > 0 for c in caps), seconds / max(caps))
         if self.policy is not None and not cost_passes:
             caps = self.policy.choose(ready, [len(p) for p in proposals])
-        for req, drafts, cap in zip(ready, proposals, caps):
+        probs = getattr(self.proposer, "last_probs", None) or [[]] * len(ready)
+        for req, drafts, q, cap in zip(ready, proposals, probs, caps):
             req.draft_token_ids = list(drafts[:cap])
+            req.draft_probs = list(q[:cap]) if any(x is not None for x in q[:cap]) else []
 
     def after_step(self, out: SchedulerOutput, forward: ForwardResult | None, live: dict[str, Request]) -> None:
         """Hand the finished step to proposers that draft from it (spec/mtp.py)."""

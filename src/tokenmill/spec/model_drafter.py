@@ -13,10 +13,10 @@ its acceptance over a draft that saw only its own.
 
 A step: each request's blocks grow to hold its pending token and its drafts
 (the verification needs those slots anyway; a request that cannot get them
-drafts nothing this step), then up to k greedy passes of one row per request.
-Greedy drafts are exact under sampling too: a draft is kept only where the
-target's own sample equals it (engine/verify.py), which is the rejection rule
-for a draft distribution that puts all its mass on one token.
+drafts nothing this step), then up to k passes of one row per request, each
+row's draft picked by spec/draft_sampling.py (the argmax, or for sampled
+requests a draw from the twin's distribution, which goes with the draft to
+the rejection rule).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from tokenmill.kernels.quantize import quantize_model
+from tokenmill.spec.draft_sampling import DraftSampler
 
 if TYPE_CHECKING:
     from tokenmill.engine.kv_cache_manager import KVCacheManager
@@ -50,31 +51,34 @@ def int4_twin(model: nn.Module) -> nn.Module:
 
 
 class ModelDrafter:
-    """Greedy drafts from a model that reads and writes the target's KV cache."""
+    """Drafts from a model that reads and writes the target's KV cache."""
 
     drafts_cost_passes = True
     """Each draft position costs a forward pass of the draft model (spec/adaptive.py)."""
 
-    def __init__(self, draft: nn.Module, runner: ModelRunner, kv: KVCacheManager):
+    def __init__(self, draft: nn.Module, runner: ModelRunner, kv: KVCacheManager, sampler: DraftSampler):
         self.draft = draft
         self.runner = runner
         self.kv = kv
+        self.sampler = sampler
+        self.last_probs: list[list[torch.Tensor | None]] = []
+        """Per request of the last propose(), per draft: the distribution it was drawn from, or None (an argmax)."""
 
     @torch.inference_mode()
     def propose(self, requests: list[Request], limits: list[int]) -> list[list[int]]:
         drafts: list[list[int]] = [[] for _ in requests]
+        probs: list[list[torch.Tensor | None]] = [[] for _ in requests]
         # Blocks for the pending token and `limit` drafts after it, or no drafts.
         active = [i for i, (req, limit) in enumerate(zip(requests, limits))
                   if limit > 0 and self.kv.allocate(req, 1 + limit)]
-        tokens = {i: requests[i].token_ids[-1] for i in active}
         for step in range(max((limits[i] for i in active), default=0)):
             rows = [i for i in active if limits[i] > step]
             reqs = [requests[i] for i in rows]
             hidden = self.runner.decode_rows(
-                self.draft, [tokens[i] for i in rows], [r.num_computed_tokens + step for r in reqs],
+                self.draft, [drafts[i][-1] if step else requests[i].token_ids[-1] for i in rows],
+                [r.num_computed_tokens + step for r in reqs],
                 [self.kv.block_table(r.request_id) for r in reqs])
-            picked = self.draft.compute_logits(hidden).argmax(dim=-1).tolist()
-            for i, token in zip(rows, picked):
-                drafts[i].append(token)
-                tokens[i] = token
+            self.sampler.extend(self.draft.compute_logits(hidden), self.draft.arch.vocab_size, requests, rows,
+                                drafts, probs)
+        self.last_probs = probs
         return drafts

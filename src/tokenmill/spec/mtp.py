@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tokenmill.engine.request import RequestStatus
+from tokenmill.spec.draft_sampling import DraftSampler
 
 if TYPE_CHECKING:
     from tokenmill.engine.kv_cache_manager import KVCacheManager
@@ -51,20 +52,26 @@ class MTPDrafter:
     """The first draft comes from the pass that keeps the MTP cache current, which
     runs every step anyway; a further one costs a single decoder block."""
 
-    def __init__(self, model, runner: ModelRunner, kv: KVCacheManager, num_speculative_tokens: int):
+    def __init__(self, model, runner: ModelRunner, kv: KVCacheManager, num_speculative_tokens: int,
+                 sampler: DraftSampler):
         check_has_mtp(model)
         self.model = model
         self.runner = runner
         self.kv = kv
         self.k = num_speculative_tokens
+        self.sampler = sampler
         self.cache = torch.zeros_like(runner.kv_caches[0])
         """The MTP block's latent cache layer: [num_blocks, 1, 1, block_size, latent]."""
-        self.drafts: dict[str, list[int]] = {}
-        """Request id -> drafts for its next step, made by the last step that ran it."""
+        self.drafts: dict[str, tuple[list[int], list[torch.Tensor | None]]] = {}
+        """Request id -> drafts for its next step, made by the last step that ran it, and
+        the distribution each was drawn from (None: an argmax; spec/draft_sampling.py)."""
+        self.last_probs: list[list[torch.Tensor | None]] = []
         runner.keep_step_hidden = True
 
     def propose(self, requests: list[Request], limits: list[int]) -> list[list[int]]:
-        return [self.drafts.pop(r.request_id, [])[:limit] for r, limit in zip(requests, limits)]
+        made = [self.drafts.pop(r.request_id, ([], [])) for r in requests]
+        self.last_probs = [probs[:limit] for (_, probs), limit in zip(made, limits)]
+        return [drafts[:limit] for (drafts, _), limit in zip(made, limits)]
 
     @torch.inference_mode()
     def after_step(self, out: SchedulerOutput, forward: ForwardResult | None, live: dict[str, Request]) -> None:
@@ -96,18 +103,20 @@ class MTPDrafter:
 
     def _draft(self, requests: list[Request], hidden: torch.Tensor) -> None:
         """hidden [B, hidden]: each request's MTP state at its last computed position."""
-        tokens = self.model.compute_logits(hidden).argmax(dim=-1).tolist()
-        drafts = [[t] for t in tokens]
+        vocab = self.model.arch.vocab_size
+        drafts: list[list[int]] = [[] for _ in requests]
+        probs: list[list[torch.Tensor | None]] = [[] for _ in requests]
+        self.sampler.extend(self.model.compute_logits(hidden), vocab, requests, list(range(len(requests))),
+                            drafts, probs)
         # Further passes write rows past the computed ones: they need blocks there.
         more = [i for i, r in enumerate(requests) if self.k > 1 and self.kv.allocate(r, self.k)]
         for step in range(1, self.k if more else 1):
             reqs = [requests[i] for i in more]
             hidden = self._pass([drafts[i][-1] for i in more], hidden[more] if step == 1 else hidden,
                                 [(r.num_computed_tokens - 1 + step, 1) for r in reqs], reqs)
-            for i, token in zip(more, self.model.compute_logits(hidden).argmax(dim=-1).tolist()):
-                drafts[i].append(token)
-        for req, d in zip(requests, drafts):
-            self.drafts[req.request_id] = d
+            self.sampler.extend(self.model.compute_logits(hidden), vocab, requests, more, drafts, probs)
+        for req, d, p in zip(requests, drafts, probs):
+            self.drafts[req.request_id] = (d, p)
 
     def _pass(self, token_ids: list[int], prev_hidden: torch.Tensor, runs: list[tuple[int, int]],
               requests: list[Request]) -> torch.Tensor:

@@ -34,7 +34,10 @@ class Proposer(Protocol):
         """Up to limits[i] drafts for requests[i], in order ([] for none)."""
         ...
 
-    # Optional: ``after_step(out, forward, live)``, called after each step's
+    # Optional: ``last_probs``, per request of the last propose() and per draft,
+    # the distribution the draft was drawn from ([V] float32) or None (an
+    # argmax or a lookup: checked by exact match); spec/draft_sampling.py.
+    # ``after_step(out, forward, live)``, called after each step's
     # update with the SchedulerOutput, its ForwardResult (or None) and the
     # scheduler's live requests by id (spec/mtp.py drafts there); and
     # ``catch_up_seconds``, the part of the last propose() that was not draft
@@ -82,10 +85,13 @@ def extra_kv_bytes_per_token(config: SpeculativeConfig, target: nn.Module, draft
 
 
 def make_proposer(config: SpeculativeConfig, target: nn.Module | None = None, draft: nn.Module | None = None,
-                  runner: ModelRunner | None = None, kv: KVCacheManager | None = None) -> Proposer:
+                  runner: ModelRunner | None = None, kv: KVCacheManager | None = None, seed: int = 0) -> Proposer:
     """The method's proposer; model drafters need the target model, the draft
     model (make_draft_model) and the engine's runner and KV cache manager, whose
-    cache they share."""
+    cache they share. ``seed``: their generator for unseeded requests' draft draws."""
+    from tokenmill.spec.draft_sampling import DraftSampler
+
+    sampler = DraftSampler(config.acceptance_method == "rejection_sampler", seed)
     if config.method == "ngram":
         from tokenmill.spec.ngram import NgramProposer
 
@@ -95,17 +101,17 @@ def make_proposer(config: SpeculativeConfig, target: nn.Module | None = None, dr
 
         if draft is None or runner is None or kv is None:
             raise ValueError("speculative_config.method: self-int4 needs the draft model, runner and KV cache")
-        return ModelDrafter(draft, runner, kv)
+        return ModelDrafter(draft, runner, kv, sampler)
     if config.method == "mtp":
         from tokenmill.spec.mtp import MTPDrafter
 
         if target is None or runner is None or kv is None:
             raise ValueError("speculative_config.method: mtp needs the target model, runner and KV cache")
-        return MTPDrafter(target, runner, kv, config.num_speculative_tokens)
+        return MTPDrafter(target, runner, kv, config.num_speculative_tokens, sampler)
     if config.method == "draft_model":
         from tokenmill.spec.draft_model import DraftModelDrafter
 
         if draft is None or runner is None or kv is None:
             raise ValueError("speculative_config.method: draft_model needs the draft model, runner and KV cache")
-        return DraftModelDrafter(draft, runner, kv)
+        return DraftModelDrafter(draft, runner, kv, sampler)
     raise ValueError(f"speculative_config.method: {config.method!r} has no proposer")
