@@ -9,7 +9,7 @@ from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.request import Request
 from tokenmill.sampling_params import SamplingParams
-from tokenmill.spec.adaptive import KNEE_ROWS, MIN_GAIN, DraftPolicy, StepTimes
+from tokenmill.spec.adaptive import KNEE_ROWS, MIN_GAIN, PROBE_INTERVAL, DraftPolicy, StepTimes
 
 
 def test_step_times_interpolate_stay_flat_below_and_grow_in_proportion_above():
@@ -112,6 +112,34 @@ def test_the_gain_must_clear_the_margin():
     policy.record_step(2, 0.02)  # the bucket's mean falls: now it pays
     policy.record_step(2, 0.02)
     assert policy.choose(r, [1]) == [1]
+
+
+def test_a_policy_that_stopped_drafting_probes_and_learns_that_acceptance_rose():
+    """After a run of rejections no drafts pay; every PROBE_INTERVAL-th such step
+    still verifies one draft, and once probes are kept the drafts come back."""
+    policy = DraftPolicy(drafts_cost_passes=True)
+    memory_bound(policy)
+    policy.record_pass(1, 0.005)
+    for _ in range(200):
+        policy.record_verification(4, 0)  # the old workload: nothing kept
+    fresh = requests(1)  # a new request starts at the engine-wide estimate
+    choices = [policy.choose(fresh, [4]) for _ in range(PROBE_INTERVAL)]
+    assert choices[:-1] == [[0]] * (PROBE_INTERVAL - 1) and choices[-1] == [1] and policy.num_probes == 1
+    steps = 0
+    while (chosen := policy.choose(fresh, [4])[0]) < 2:  # the new workload keeps every draft it verifies
+        if chosen:
+            policy.record_verification(chosen, chosen)
+        steps += 1
+        assert steps < 40 * PROBE_INTERVAL, "drafting never came back"
+    assert policy.num_probes >= 2
+
+
+def test_no_probes_where_even_a_kept_draft_would_not_pay():
+    policy = DraftPolicy(drafts_cost_passes=False)
+    compute_bound(policy)
+    for _ in range(3 * PROBE_INTERVAL):
+        assert policy.choose(requests(256, accepted=0, rejections=40), [4] * 256) == [0] * 256
+    assert policy.num_probes == 0
 
 
 @pytest.mark.parametrize("method", ["ngram", "self-int4"])

@@ -32,6 +32,15 @@ drafts compete with them for the step's token budget rather than ride free.
 Candidates are added best-first (highest acceptance probability); the step
 takes the best set. Before any decode step is measured, only batches of up to
 ``KNEE_ROWS`` requests draft.
+
+Estimates move only with verifications, so a policy that stopped drafting
+for low acceptance would never learn that acceptance rose (new requests,
+another temperature, a switch of acceptance rule). Two things keep it
+learning: the engine-wide counts decay (``ACCEPTANCE_DECAY`` per
+verification: they describe the recent workload), and when a step drafts
+nothing although one draft would pay were it accepted, every
+``PROBE_INTERVAL``-th such step verifies one draft of the request most
+likely to keep it (a probe).
 """
 
 from __future__ import annotations
@@ -57,6 +66,11 @@ PRIOR_WEIGHT = 4.0
 a request's own estimate is shrunk toward the engine's with the same weight."""
 EMA = 0.7
 """Weight of the old mean when a rows bucket gets a new time."""
+ACCEPTANCE_DECAY = 0.99
+"""Engine-wide accepted and rejection counts are multiplied by this at each
+verification (a memory of about a hundred verifications)."""
+PROBE_INTERVAL = 64
+"""Steps that drafted nothing (where one accepted draft would pay) between probes."""
 
 
 @dataclass
@@ -102,7 +116,11 @@ class DraftPolicy:
         """Draft passes: seconds by rows."""
         self.accepted = 0.0
         self.rejected = 0.0
-        """Engine-wide accepted drafts and rejection events (a verification that kept not all its drafts)."""
+        """Engine-wide accepted drafts and rejection events (a verification that kept not
+        all its drafts), decayed by ACCEPTANCE_DECAY per verification."""
+        self.steps_without_drafts = 0
+        """Consecutive choices that drafted nothing although a draft could pay (for probes)."""
+        self.num_probes = 0
 
     def record_step(self, rows: int, seconds: float) -> None:
         """A decode step (every row sampled) of ``rows`` rows took ``seconds``."""
@@ -112,8 +130,8 @@ class DraftPolicy:
         self.pass_times.record(rows, seconds)
 
     def record_verification(self, num_drafts: int, num_accepted: int) -> None:
-        self.accepted += num_accepted
-        self.rejected += num_accepted < num_drafts
+        self.accepted = self.accepted * ACCEPTANCE_DECAY + num_accepted
+        self.rejected = self.rejected * ACCEPTANCE_DECAY + (num_accepted < num_drafts)
 
     def acceptance(self, req: Request) -> float:
         engine = (self.accepted + PRIOR_ACCEPTANCE * PRIOR_WEIGHT) / (self.accepted + self.rejected + PRIOR_WEIGHT)
@@ -153,7 +171,22 @@ class DraftPolicy:
         chosen = [0] * len(caps)
         for _, r, position in candidates[:best_n]:
             chosen[r] = max(chosen[r], position + 1)
+        if best_n:
+            self.steps_without_drafts = 0
+        elif candidates:
+            self._maybe_probe(candidates[0][1], num, base, chosen)
         return chosen
+
+    def _maybe_probe(self, request: int, num: int, base: float, chosen: list[int]) -> None:
+        """No drafts chosen: every PROBE_INTERVAL-th such step, one draft for
+        ``request`` (the likeliest to keep it), where one kept draft would pay."""
+        if (num + 1) / self._seconds(num + 1, 1, num) < num / base * MIN_GAIN:
+            return  # even a kept draft would not pay: nothing to learn
+        self.steps_without_drafts += 1
+        if self.steps_without_drafts >= PROBE_INTERVAL:
+            self.steps_without_drafts = 0
+            self.num_probes += 1
+            chosen[request] = 1
 
     def _seconds(self, rows: int, passes: int, draft_rows: int) -> float:
         """Predicted seconds of a decode step of ``rows`` rows after ``passes``
