@@ -72,9 +72,24 @@ from benchmarks.peers_setup import (
 
 BUSY_WARNING = 0.15
 """CPU busy fraction (other processes, before a server starts) above which the run warns."""
-PEERS_NOTE = (f"Peers: `{VLLM_SPEC}` (torch 2.13 CPU) on the same weights as a bf16 Hugging Face folder, "
-              "`--dtype bfloat16`, all cores for its engine; llama.cpp from `" + LLAMA_SPEC + "` (built "
-              f"here, AVX-512, no AMX) on the embedded GGUF requantized to F16, `-np {LLAMA_SLOTS}`.")
+VLLM_DTYPES = ("auto", "bfloat16", "float32")
+
+
+def vllm_dtype(choice: str) -> str:
+    """auto: bfloat16 where this CPU computes in bf16 (AVX512-BF16 or AMX), else
+    float32: without them vLLM's bf16 linears fall back to torch's (slow here,
+    and the bf16 model drifted into wrong answers on an AVX2 EPYC)."""
+    if choice != "auto":
+        return choice
+    from tokenmill.engine.resolve import cpu_has_fast_bf16
+
+    return "bfloat16" if cpu_has_fast_bf16() else "float32"
+
+
+def peers_note(dtype: str) -> str:
+    return (f"Peers: `{VLLM_SPEC}` (torch 2.13 CPU) on the same weights as a bf16 Hugging Face folder, "
+            f"`--dtype {dtype}`, all cores for its engine; llama.cpp from `{LLAMA_SPEC}` (built here) on the "
+            f"embedded GGUF requantized to F16, `-np {LLAMA_SLOTS}`.")
 
 
 # ---- options ------------------------------------------------------------------------------
@@ -133,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries per Server run (default: bench's 460, the least a VALID run can have)")
     add("--startup-timeout", type=float, default=900.0, help="seconds a server may take to become healthy")
     add("--tokenmill-args", default="", help="extra `tokenmill serve` flags, one shell-quoted string")
+    add("--vllm-dtype", choices=VLLM_DTYPES, default="auto",
+        help="vLLM's --dtype; auto: bfloat16 on CPUs with AVX512-BF16 or AMX, else float32")
     add("--bench-args", default="", help="extra `tokenmill bench` flags for every run, one shell-quoted string")
     add("--docs-file", type=Path, default=Path("docs/PERFORMANCE.md"), help="where the markdown table goes")
     add("--no-docs", action="store_true", help="leave the docs file alone")
@@ -267,7 +284,7 @@ def write_outputs(opts: argparse.Namespace, systems: list[str], scenarios: list[
         say(f"docs: left alone (the table needs {BASELINE} and at least one peer)")
         return summary
     command = "make peers" + (f" ARGS={shlex.quote(shlex.join(sys.argv[1:]))}" if sys.argv[1:] else "")
-    block = docs_block(summary, command, PEERS_NOTE, str(plot) if plot else None)
+    block = docs_block(summary, command, peers_note(vllm_dtype(opts.vllm_dtype)), str(plot) if plot else None)
     opts.docs_file.write_text(replace_between_markers(opts.docs_file.read_text(), block))
     say(f"docs: table written into {opts.docs_file}")
     return summary
@@ -308,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     busy = {}
     for system in [s for s in systems if s not in failed]:
         try:
-            launch = launch_for(system, cache, threads, cpus, shlex.split(opts.tokenmill_args))
+            launch = launch_for(system, cache, threads, cpus, shlex.split(opts.tokenmill_args),
+                                vllm_dtype(opts.vllm_dtype))
             busy[system] = check_quiet(system)
             failed += bench_system(system, launch, scenarios, opts)
         except PeerError as exc:

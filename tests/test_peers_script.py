@@ -12,7 +12,9 @@ from benchmarks.peers import (
     build_parser,
     parse_list,
     peak_start,
+    peers_note,
     scenario_args,
+    vllm_dtype,
     workload_args,
 )
 from benchmarks.peers_report import (
@@ -25,7 +27,7 @@ from benchmarks.peers_report import (
     replace_between_markers,
     summary_from_figures,
 )
-from benchmarks.peers_servers import cpu_list
+from benchmarks.peers_servers import cpu_list, launch_for
 
 MACHINE = {"cpu": "Test CPU 9000", "cores": 2, "threads": 2, "date": "2026-11-25"}
 WORKLOAD = {"name": "synthetic", "num_samples": 8, "input_len": 128, "output_len": 128, "length_dist": "fixed",
@@ -150,6 +152,20 @@ def test_bench_flags_make_fixed_lengths_and_a_bounded_peak_search(tmp_path: Path
     assert peak_start("tokenmill", opts) == 1.0  # no Offline run yet
     save_run(tmp_path / "tokenmill/offline/offline-x", fake_result("offline", 300.0, rps=2.5))
     assert peak_start("tokenmill", opts) == 1.25  # half the Offline requests/s
+
+
+def test_vllm_dtype_follows_the_cpu_unless_given(tmp_path: Path, monkeypatch):
+    import tokenmill.engine.resolve as resolve
+
+    (tmp_path / "smollm2-hf").mkdir()
+    (tmp_path / "smollm2-hf" / "config.json").write_text("{}")
+    for fast, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(resolve, "cpu_has_fast_bf16", lambda fast=fast: fast)
+        assert vllm_dtype("auto") == want
+        cmd = launch_for("vllm", tmp_path, 2, {0, 1}, [], vllm_dtype("auto")).cmd
+        assert cmd[cmd.index("--dtype") + 1] == want
+        assert f"`--dtype {want}`" in peers_note(want)
+    assert vllm_dtype("bfloat16") == "bfloat16" and build_parser().parse_args([]).vllm_dtype == "auto"
 
 
 def test_lists_and_cpu_ranges():
