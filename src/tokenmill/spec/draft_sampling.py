@@ -59,14 +59,15 @@ class DraftSampler:
                 apply_penalties(x, rows)
             w = filtered_weights(x, [r.params for r in rows])  # [S, V]
             total = w.sum(dim=-1, dtype=torch.float64)  # [S]
-            ok = [j for j in range(len(sampled)) if torch.isfinite(total[j]) and total[j] > 0]
+            ok = torch.nonzero(torch.isfinite(total) & (total > 0)).flatten().tolist()
             if ok:
                 u = self._uniforms([rows[j] for j in ok])
                 drawn = draw(w[ok], u.to(w.device))
                 q = w[ok] / total[ok, None].to(w.dtype)  # [O, V]
-                for n, j in enumerate(ok):
-                    tokens[sampled[j]] = drawn[n]
-                    probs[sampled[j]] = q[n]
+                drawn_rows = [sampled[j] for j in ok]
+                tokens[drawn_rows] = drawn
+                for n, i in enumerate(drawn_rows):
+                    probs[i] = q[n]
         return tokens.tolist(), probs
 
     def extend(self, logits: torch.Tensor, vocab_size: int, requests: list[Request], rows: list[int],
