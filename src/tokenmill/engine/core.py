@@ -128,22 +128,25 @@ class EngineCore:
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
                                row_by_row=c.deterministic)
         self.exact_head = self.model.exact_head()  # after every swap of the LM head above
+        self._init_counters()
+        self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
+        self.structured = StructuredOutputs(self.tokenizer_source, self.arch.vocab_size)
+        """Grammar matchers of constrained requests (structured outputs)."""
+        proposer = make_proposer(spec, self.model, draft_model, self.runner, self.kv, c.seed) if spec else None
+        self.drafting = Drafting(spec, proposer) if spec else None
+        """Speculative decoding (spec/drafting.py), or None."""
+        if graph_sizes:  # last: the capture sees every buffer the steps will use
+            self.runner.capture_decode_graphs(graph_sizes, c.max_model_len)
+
+    def _init_counters(self) -> None:
+        """The cumulative counters stats() reports."""
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
         self.num_forward_retries = 0
         self.request_failures: Counter[str] = Counter()  # stage -> requests failed there
         self.aborted_requests: Counter[str] = Counter()  # reason -> requests ended before they finished
-        self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.kv_blocks_imported = 0
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
-        self.structured = StructuredOutputs(self.tokenizer_source, self.arch.vocab_size)
-        """Grammar matchers of constrained requests (structured outputs)."""
-        self.drafting = Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv,
-                                                     config.seed)) \
-            if spec else None
-        """Speculative decoding (spec/drafting.py), or None."""
-        if graph_sizes:  # last: the capture sees every buffer the steps will use
-            self.runner.capture_decode_graphs(graph_sizes, c.max_model_len)
 
     def _make_draft(self, spec: SpeculativeConfig, config: EngineConfig, linear_backend: str) -> nn.Module | None:
         """The speculative method's draft model (spec/proposer.py), or None. A
