@@ -61,7 +61,7 @@ def random_case(batch, hq, hkv, d, block_size, lens, dtype, seed=0):
     return q, k_cache, v_cache, tables, torch.tensor(lens, dtype=torch.long)
 
 
-# head_dim 64 and 128 take the AVX-512 path where the CPU has it; 80 always the portable one.
+# head_dim 64 and 128 take the AVX-512 (else AVX2) path where the CPU has it; 80 always the portable one.
 @pytest.mark.parametrize("d", [64, 128, 80])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 2e-5), (torch.bfloat16, 2e-2)])
 @pytest.mark.parametrize("hq,hkv", [(9, 3), (4, 4)])

@@ -164,11 +164,7 @@ void tile_dispatch(int rows, int npanels, const T* x, int64_t K, const T* panels
 // (R rows x 2 halves: at most 12 accumulators of the 16 registers). Each lane is the
 // same sequence as above: k ascending, one FMA per k.
 
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
+using tokenmill::load8;
 
 // R rows x one panel [K][16]; row r's 16 sums go to acc + r * acc_stride.
 template <typename T, int R>

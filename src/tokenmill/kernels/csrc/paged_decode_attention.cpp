@@ -137,7 +137,96 @@ void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* tab
 }
 #endif
 
-// The AVX-512 path where it applies (float32/bfloat16, head_dim 64 or 128); false otherwise.
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+// ---- AVX2 path: head_dim = 8 * NC, NC in {8, 16} ----------------------------
+// The AVX-512 path's order of work with 8 lanes; the softmax's last L % 8 scores
+// take a scalar loop.
+
+using tokenmill::exp8;
+using tokenmill::hmax8;
+using tokenmill::hsum8;
+using tokenmill::load8;
+
+template <typename T>
+inline void prefetch_row(const T* row, int64_t D) {
+    const char* p = reinterpret_cast<const char*>(row);
+    for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+// Scores s[t] = q . k_t (q already scaled) over L rows, block by block; the first
+// pass (prefetch) also fetches the next K block and this V block, as above.
+template <int NC, typename T>
+void scores_avx2(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t block_size,
+                 int64_t block_stride, bool prefetch, float* sg) {
+    constexpr int64_t D = 8 * NC;
+    for (int64_t t0 = 0; t0 < L; t0 += block_size) {
+        const T* kb = kh + table[t0 / block_size] * block_stride;
+        const int64_t n = std::min(block_size, L - t0);
+        const T* k_next = prefetch && t0 + block_size < L ? kh + table[t0 / block_size + 1] * block_stride : nullptr;
+        const T* v_this = prefetch ? vh + table[t0 / block_size] * block_stride : nullptr;
+        for (int64_t j = 0; j < n; ++j) {
+            if (k_next != nullptr) prefetch_row(k_next + j * D, D);
+            if (v_this != nullptr) prefetch_row(v_this + j * D, D);
+            const T* k = kb + j * D;
+            // Two accumulators: half the FMA chain's latency per row.
+            __m256 a0 = _mm256_mul_ps(_mm256_loadu_ps(qf), load8(k));
+            __m256 a1 = _mm256_mul_ps(_mm256_loadu_ps(qf + 8), load8(k + 8));
+            for (int c = 2; c < NC; c += 2) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + 8 * c), load8(k + 8 * c), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qf + 8 * c + 8), load8(k + 8 * c + 8), a1);
+            }
+            sg[t0 + j] = hsum8(_mm256_add_ps(a0, a1));
+        }
+    }
+}
+
+// s[t] <- e^(s[t] - max s) over L scores; returns their sum.
+inline float exp_shifted_avx2(float* sg, int64_t L) {
+    const int64_t L8 = L - L % 8;
+    float m = -std::numeric_limits<float>::infinity();
+    if (L8 > 0) {
+        __m256 mx = _mm256_loadu_ps(sg);
+        for (int64_t t = 8; t < L8; t += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(sg + t));
+        m = hmax8(mx);
+    }
+    for (int64_t t = L8; t < L; ++t) m = std::max(m, sg[t]);
+    const __m256 mv = _mm256_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (int64_t t = 0; t < L8; t += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+        _mm256_storeu_ps(sg + t, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    float total = hsum8(sum);
+    for (int64_t t = L8; t < L; ++t) total += (sg[t] = std::exp(sg[t] - m));
+    return total;
+}
+
+template <int NC, typename T>
+void attend_avx2(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
+                 int64_t block_size, int64_t block_stride, float* scores, float* of) {
+    constexpr int64_t D = 8 * NC;
+    for (int64_t g = 0; g < G; ++g) {
+        float* sg = scores + g * L;
+        scores_avx2<NC>(qf + g * D, kh, vh, table, L, block_size, block_stride, g == 0, sg);
+        const __m256 inv = _mm256_set1_ps(1.f / exp_shifted_avx2(sg, L));
+        __m256 acc[NC];
+        for (int c = 0; c < NC; ++c) acc[c] = _mm256_setzero_ps();
+        for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // V rows, in place
+            const T* vb = vh + table[t0 / block_size] * block_stride;
+            const int64_t n = std::min(block_size, L - t0);
+            for (int64_t j = 0; j < n; ++j) {
+                const __m256 p = _mm256_set1_ps(sg[t0 + j]);
+                for (int c = 0; c < NC; ++c) acc[c] = _mm256_fmadd_ps(p, load8(vb + j * D + 8 * c), acc[c]);
+            }
+        }
+        for (int c = 0; c < NC; ++c) _mm256_storeu_ps(of + g * D + 8 * c, _mm256_mul_ps(acc[c], inv));
+    }
+}
+#endif
+
+// The SIMD path where it applies (float32/bfloat16, head_dim 64 or 128; AVX-512, else
+// AVX2 + FMA); false otherwise.
 template <typename T>
 bool attend_fast(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
                  int64_t D, int64_t block_size, int64_t block_stride, float* scores, float* of) {
@@ -145,6 +234,11 @@ bool attend_fast(const float* qf, const T* kh, const T* vh, const int64_t* table
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) {
         if (D == 64) return attend_avx512<4>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
         if (D == 128) return attend_avx512<8>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (tokenmill::has_vec8<T>) {
+        if (D == 64) return attend_avx2<8>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
+        if (D == 128) return attend_avx2<16>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
     }
 #endif
     return false;

@@ -1,6 +1,7 @@
-// Shared helpers for the CPU kernels: 16-lane float32 loads/stores that widen
-// bfloat16 on the way in and round it (to nearest even) on the way out, and a
-// vectorised exp. Compute is float32 whatever the storage dtype.
+// Shared helpers for the CPU kernels: 16-lane (AVX-512) and 8-lane (AVX2) float32
+// loads that widen bfloat16 on the way in, 16-lane stores that round it (to nearest
+// even) on the way out, and vectorised exps. Compute is float32 whatever the
+// storage dtype.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -60,6 +61,55 @@ inline __m512 exp16(__m512 x) {
 }
 
 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+}  // namespace tokenmill
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+namespace tokenmill {
+
+// Storage dtypes with the 8-lane load8 below.
+template <typename T>
+constexpr bool has_vec8 = has_vec16<T>;
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+
+// e^x by exp16's method: 2^n * 2^f, with 2^n built from its exponent bits (AVX2 has
+// no scalef). x is clamped to [-87, 88] so that n + 127 stays in 1..254: below -87 it
+// returns ~e^-87 as exp16 does, above 88 it returns e^88 (finite; exp16 gives +inf).
+inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.f));
+    const __m256 t = _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f));
+    const __m256 n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(t, n);
+    __m256 p = _mm256_set1_ps(1.540353039e-4f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.333355815e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.618129108e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550410866e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.402265070e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931471806e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
 
 }  // namespace tokenmill
 #endif
