@@ -47,6 +47,19 @@ void add_rms_norm_row(float* x, const T* d, const T* w, T* o, int64_t H, float e
         }
         ss = _mm512_reduce_add_ps(acc);
     }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (tokenmill::has_vec8<T>) {
+        __m256 acc = _mm256_setzero_ps();
+        for (; j + 8 <= H; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            if (d) {
+                v = _mm256_add_ps(v, tokenmill::load8(d + j));
+                _mm256_storeu_ps(x + j, v);
+            }
+            acc = _mm256_fmadd_ps(v, v, acc);
+        }
+        ss = tokenmill::hsum8(acc);
+    }
 #endif
     for (; j < H; ++j) {
         if (d) x[j] += static_cast<float>(d[j]);
@@ -59,6 +72,12 @@ void add_rms_norm_row(float* x, const T* d, const T* w, T* o, int64_t H, float e
         const __m512 rv = _mm512_set1_ps(r);
         for (; j + 16 <= H; j += 16)
             tokenmill::store16(o + j, _mm512_mul_ps(_mm512_mul_ps(tokenmill::load16(x + j), rv), tokenmill::load16(w + j)));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (tokenmill::has_vec8<T>) {
+        const __m256 rv = _mm256_set1_ps(r);
+        for (; j + 8 <= H; j += 8)
+            tokenmill::store8(o + j, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), rv), tokenmill::load8(w + j)));
     }
 #endif
     for (; j < H; ++j) o[j] = static_cast<T>(x[j] * r * static_cast<float>(w[j]));
@@ -74,6 +93,15 @@ void silu_and_mul_row(const T* g, const T* u, T* o, int64_t I) {
             const __m512 gv = tokenmill::load16(g + j);
             const __m512 e = tokenmill::exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));  // e^-g
             tokenmill::store16(o + j, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), tokenmill::load16(u + j)));
+        }
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (tokenmill::has_vec8<T>) {
+        const __m256 one = _mm256_set1_ps(1.f);
+        for (; j + 8 <= I; j += 8) {
+            const __m256 gv = tokenmill::load8(g + j);
+            const __m256 e = tokenmill::exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));  // e^-g
+            tokenmill::store8(o + j, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), tokenmill::load8(u + j)));
         }
     }
 #endif
@@ -107,6 +135,24 @@ void rotate_head(T* x, const float* c, const float* s, int64_t half) {
     }
 }
 
+// Folds W lanes' (largest value, first index, count) into the row's: the largest
+// value; among equal ones, the lowest index, their counts summed.
+template <int W>
+void merge_lanes(const float* vals, const int32_t* ids, const int32_t* counts, float& best, int64_t& best_i,
+                 int64_t& count) {
+    for (int l = 0; l < W; ++l) {
+        if (counts[l] == 0) continue;  // the lane saw only -inf or NaN
+        if (vals[l] > best || count == 0) {
+            best = vals[l];
+            best_i = ids[l];
+            count = counts[l];
+        } else if (vals[l] == best) {
+            best_i = std::min<int64_t>(best_i, ids[l]);
+            count += counts[l];
+        }
+    }
+}
+
 // (first index of the row's max, how many columns hold that max).
 template <typename T>
 std::pair<int64_t, int64_t> argmax_row(const T* x, int64_t V) {
@@ -134,17 +180,30 @@ std::pair<int64_t, int64_t> argmax_row(const T* x, int64_t V) {
         _mm512_store_ps(vals, mv);
         _mm512_store_si512(ids, mi);
         _mm512_store_si512(counts, mc);
-        for (int l = 0; l < 16; ++l) {  // the largest value; among equal ones, the lowest index
-            if (counts[l] == 0) continue;  // the lane saw only -inf or NaN
-            if (vals[l] > best || count == 0) {
-                best = vals[l];
-                best_i = ids[l];
-                count = counts[l];
-            } else if (vals[l] == best) {
-                best_i = std::min<int64_t>(best_i, ids[l]);
-                count += counts[l];
-            }
+        merge_lanes<16>(vals, ids, counts, best, best_i, count);
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (tokenmill::has_vec8<T>) {
+        // The AVX-512 loop above with compare masks as all-ones lanes: subtracting
+        // one (-1) counts an equal value, a blend takes the greater one.
+        __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+        __m256i mi = _mm256_setzero_si256(), mc = _mm256_setzero_si256();
+        __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        const __m256i step = _mm256_set1_epi32(8), one = _mm256_set1_epi32(1);
+        for (; j + 8 <= V; j += 8, idx = _mm256_add_epi32(idx, step)) {
+            const __m256 v = tokenmill::load8(x + j);
+            const __m256i gt = _mm256_castps_si256(_mm256_cmp_ps(v, mv, _CMP_GT_OQ));
+            const __m256i eq = _mm256_castps_si256(_mm256_cmp_ps(v, mv, _CMP_EQ_OQ));
+            mv = _mm256_blendv_ps(mv, v, _mm256_castsi256_ps(gt));
+            mi = _mm256_blendv_epi8(mi, idx, gt);
+            mc = _mm256_blendv_epi8(_mm256_sub_epi32(mc, eq), one, gt);
         }
+        alignas(32) float vals[8];
+        alignas(32) int32_t ids[8], counts[8];
+        _mm256_store_ps(vals, mv);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(ids), mi);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(counts), mc);
+        merge_lanes<8>(vals, ids, counts, best, best_i, count);
     }
 #endif
     for (; j < V; ++j) {  // the tail lies past every vector index: strict > keeps the first max

@@ -70,7 +70,7 @@ inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__
 
 namespace tokenmill {
 
-// Storage dtypes with the 8-lane load8 below.
+// Storage dtypes with the 8-lane load8/store8 below.
 template <typename T>
 constexpr bool has_vec8 = has_vec16<T>;
 
@@ -78,6 +78,18 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const c10::BFloat16* p) {  // bf16 -> fp32 is a 16-bit left shift
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
+inline void store8(c10::BFloat16* p, __m256 v) {  // round to nearest even as store16; NaNs stay quiet NaNs
+    const __m256i bits = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), _mm256_castps_si256(nan));
+    // 8 x 32-bit -> 8 x 16-bit: the values fit in 16 bits, so unsigned saturation keeps them.
+    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
 }
 
 inline float hsum8(__m256 v) {
