@@ -69,12 +69,8 @@ void attend_portable(const float* qf, const T* kh, const T* vh, const int64_t* t
     }
 }
 
-#if defined(__AVX512F__)
-// ---- AVX-512 path: head_dim = 16 * NC, NC in {4, 8} ------------------------
-
-using tokenmill::exp16;
-using tokenmill::load16;
-using tokenmill::tail_mask;
+#if defined(__AVX2__)  // every AVX-512 CPU has AVX2 too: shared by both paths below
+#include <immintrin.h>
 
 // Prefetch one row (D values) into L1.
 template <typename T>
@@ -82,6 +78,15 @@ inline void prefetch_row(const T* row, int64_t D) {
     const char* p = reinterpret_cast<const char*>(row);
     for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
+#endif
+
+#if defined(__AVX512F__)
+// ---- AVX-512 path: head_dim = 16 * NC, NC in {4, 8} ------------------------
+
+using tokenmill::exp16;
+using tokenmill::load16;
+using tokenmill::tail_mask;
+
 
 template <int NC, typename T>
 void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
@@ -147,11 +152,6 @@ using tokenmill::hmax8;
 using tokenmill::hsum8;
 using tokenmill::load8;
 
-template <typename T>
-inline void prefetch_row(const T* row, int64_t D) {
-    const char* p = reinterpret_cast<const char*>(row);
-    for (int64_t off = 0; off < D * static_cast<int64_t>(sizeof(T)); off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
-}
 
 // Scores s[t] = q . k_t (q already scaled) over L rows, block by block; the first
 // pass (prefetch) also fetches the next K block and this V block, as above.
