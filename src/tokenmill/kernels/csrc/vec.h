@@ -1,7 +1,7 @@
 // Shared helpers for the CPU kernels: 16-lane (AVX-512) and 8-lane (AVX2) float32
-// loads that widen bfloat16 on the way in, 16-lane stores that round it (to nearest
-// even) on the way out, and vectorised exps. Compute is float32 whatever the
-// storage dtype.
+// loads that widen bfloat16 on the way in and stores that round it (to nearest
+// even) on the way out, horizontal sums, and vectorised exps. Compute is float32
+// whatever the storage dtype.
 #pragma once
 
 #include <c10/util/BFloat16.h>
