@@ -213,3 +213,17 @@ def test_get_model_reads_presets_and_config_files(tmp_path):
     arch = get_model(str(tmp_path / "config.json"))
     assert model_shape(arch).total_params() == model_shape(TINY).total_params()
     assert get_model(str(tmp_path)).num_layers == 2
+
+
+def test_attention_dp_kv_capacity_is_per_group():
+    # Attention DP: each of the replica's devices caches its own sequences, so the replica
+    # holds dp times one device's KV; tensor parallel shards one cache over the devices instead.
+    from tokenmill.sim.cost import Parallel, weight_bytes
+    from tokenmill.sim.predict import PRECISION_BYTES_KV, Deployment, check_deployment
+
+    arch, hw = get_model("deepseek-r1"), get_hardware("b200")
+    layout = Parallel(tp=1, ep=8, attention_dp=True)
+    blocks = check_deployment(arch, hw, Deployment(8, layout, "fp4"))
+    room = hw.memory_bytes * 0.9 - weight_bytes(arch, "fp4", layout)
+    one_device = room / (kv_bytes_per_token(arch, PRECISION_BYTES_KV["fp4"], layout) * 16)
+    assert blocks == int(8 * one_device)

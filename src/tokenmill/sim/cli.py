@@ -1,7 +1,9 @@
 """``tokenmill sim``: predict one deployment's throughput, latency and cost.
 
-Not yet checked against published results (docs/SIMULATOR.md): the figures
-are the cost model's and the scheduler simulation's, nothing more.
+Checked against published results by ``tokenmill sim validate`` (sim/validate.py,
+docs/SIMULATOR.md): close for dense models on Hopper, optimistic for Blackwell
+FP4 and MoE models; the figures are the cost model's and the scheduler
+simulation's, nothing more.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import json
 from tokenmill.sim.hardware import HARDWARE, get_hardware
 
 SCENARIOS = ("offline", "server", "interactive", "singlestream")
-MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1", "smollm2-135m")
+MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1", "smollm2-135m", "gpt-oss-120b")
 """sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
 
 
 def add_sim_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=("predict", "calibrate"), default="predict",
+    parser.add_argument("action", nargs="?", choices=("predict", "calibrate", "validate"), default="predict",
                         help="predict (default): simulate the deployment below; calibrate: measure this machine "
                              "(microbenchmarks and the engine's step times, on --device) and write the "
-                             "this-machine profile")
+                             "this-machine profile; validate: simulate every published result the simulator "
+                             "can express (sim/published.py) and print simulated vs published "
+                             "(--num-requests per replica and batch size; --json)")
     g = parser.add_argument_group("what to simulate")
     g.add_argument("--model", default=None,
                    help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder); "
@@ -32,6 +36,10 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
+    g.add_argument("--disagg", default=None, metavar="P:D",
+                   help="disaggregated prefill/decode: P prefill and D decode replicas of the --tp/--ep layout "
+                        "(KV moved between them over NVLink inside one scale-up domain, else the network); "
+                        "--num-gpus defaults to (P + D) x the replica's devices")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
                         "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits); replaces "
@@ -71,6 +79,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     if args.action == "calibrate":
         return _calibrate(args)
+    if args.action == "validate":
+        return _validate(args)
 
     from tokenmill.bench.presets import PRESETS
     from tokenmill.sim.cost import Parallel
@@ -83,9 +93,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
     parallel = Parallel(args.tp, args.ep, args.attention_dp)
     accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
-    deployment = Deployment(args.num_gpus or parallel.devices, parallel, args.precision or hw.default_precision,
+    split = parse_disagg(args.disagg)
+    devices = parallel.devices * (split.replicas if split else 1)
+    deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
-                            mtp_tokens_per_step=accepted)
+                            mtp_tokens_per_step=accepted, disagg=split)
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
@@ -97,6 +109,22 @@ def cmd_sim(args: argparse.Namespace) -> int:
         figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def parse_disagg(text: str | None):
+    """``--disagg P:D`` -> PoolSplit (None when not given); ValueError naming the flag."""
+    if text is None:
+        return None
+    from tokenmill.sim.disagg import PoolSplit
+
+    try:
+        prefill, decode = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"--disagg: expected P:D (prefill and decode replicas, e.g. 1:3), got {text!r}") from None
+    try:
+        return PoolSplit(prefill, decode)
+    except ValueError as e:
+        raise ValueError(f"--disagg: {e}") from None
 
 
 def _search(arch, hw, deployment, workload) -> dict:
@@ -118,8 +146,10 @@ def _search(arch, hw, deployment, workload) -> dict:
 
 def _table(f: dict) -> str:
     c = f["config"]
+    pools = (f"; disaggregated: {c['disagg']['prefill_replicas']} prefill + {c['disagg']['decode_replicas']} decode"
+             if c.get("disagg") else "")
     lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
-             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']})",
+             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}{pools})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
              f"  tokens/s           {f['tokens_per_s']:,.0f}"]
     if f["qps"] is not None:
@@ -136,8 +166,27 @@ def _table(f: dict) -> str:
             lines.append("  best layouts searched (tokens/s per GPU):")
         lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
                      f"max-num-seqs {c['max_num_seqs']:>5}: {c['tokens_per_s_per_gpu']:,.0f}")
-    lines.append("  (not yet checked against published results; docs/SIMULATOR.md)")
+    lines.append("  (the model's estimate; `tokenmill sim validate` and docs/SIMULATOR.md say how far to trust it)")
     return "\n".join(lines)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from tokenmill.sim.published import RESULTS
+    from tokenmill.sim.validate import table, validate
+
+    with tqdm(total=len(RESULTS), desc="Simulating published rows", unit="row", leave=False) as bar:
+        checked = validate(args.num_requests, progress=bar.update)
+    if args.json:
+        print(json.dumps([{"model": c.row.model, "hardware": c.row.hardware, "num_gpus": c.row.num_gpus,
+                           "precision": c.row.precision, "parallel": c.row.parallel, "scenario": c.row.scenario,
+                           "isl": c.row.isl, "osl": c.row.osl, "published": c.row.tokens_per_s_per_gpu,
+                           "simulated": c.simulated, "error": c.error, "max_num_seqs": c.max_num_seqs,
+                           "skipped": c.skipped or None, "source": c.row.source} for c in checked], indent=2))
+    else:
+        print(table(checked))
+    return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:

@@ -14,12 +14,18 @@ the step's sequences. Routed experts are split over ``ep`` ranks and each expert
 is tensor-parallel over ``etp = devices / ep`` devices. Counts assume perfect
 balance: sequences spread evenly over dp groups, tokens evenly over experts.
 
+Sliding-window layers (``ModelShape.num_sliding_layers``, gpt-oss's every other
+layer) attend over at most ``sliding_window`` keys and read at most that many
+cached tokens per sequence; the other layers attend over the whole context.
+
 Units: FLOPs, bytes, seconds; every ``StepCost`` field is per device.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
 
 from tokenmill.model.protocol import ArchInfo
 from tokenmill.sim.hardware import Hardware
@@ -30,6 +36,13 @@ PRECISION_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1.0 / 16}
 """Weight bytes per parameter. fp4 is NVFP4: 4-bit E2M1 values plus one FP8 (E4M3)
 scale per 16 values (NVIDIA NVFP4 format); fp8's 128x128 block scales (DeepSeek's)
 add 0.02% and are ignored."""
+EXPERT_FORMAT_BYTES = {"mxfp4": 0.5 + 1.0 / 32}
+"""Weight bytes per parameter of the formats a checkpoint ships its routed experts in
+and engines serve as is (``ModelShape.expert_precision``), whatever the deployment's
+precision. MXFP4 (OCP Microscaling): 4-bit E2M1 values plus one 8-bit (E8M0) scale
+per 32 values, 4.25 bits (gpt-oss model card, sec. 2.1); the experts' biases, kept
+in bf16 by the checkpoint, are counted alike (0.03% of the experts). Their GEMMs
+still run at the deployment's precision (an engine dequantizes the weights into them)."""
 ACT_BYTES = 2.0
 """Activations and all-reduce payloads are bf16."""
 LOGIT_BYTES = 4.0
@@ -138,6 +151,11 @@ def expected_distinct_experts(rows: int, num_experts: int, top_k: int) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** rows)
 
 
+def _expert_bytes(s: ModelShape, bpp: float) -> float:
+    """Bytes per routed-expert parameter: the checkpoint's own format where it has one."""
+    return bpp if s.expert_precision is None else EXPERT_FORMAT_BYTES[s.expert_precision]
+
+
 def weight_bytes(arch: ArchInfo, precision: str, parallel: Parallel | None = None) -> float:
     """Weights held (bytes): the whole model, or one device's share under ``parallel``.
     Embeddings, LM head and routers stay at least bf16 (as in FP8/NVFP4 checkpoints)."""
@@ -146,16 +164,22 @@ def weight_bytes(arch: ArchInfo, precision: str, parallel: Parallel | None = Non
     high = max(bpp, 2.0)
     head = s.embed_params + (0 if s.tied else s.lm_head_params)
     non_expert = (s.dense_params * bpp + (head + s.num_moe_layers * s.router_params) * high) / p.attn_tp
-    experts = s.num_moe_layers * s.num_experts * s.expert_params * bpp / p.devices
+    experts = s.num_moe_layers * s.num_experts * s.expert_params * _expert_bytes(s, bpp) / p.devices
     return non_expert + experts + s.norm_params * 2.0
 
 
 def kv_bytes_per_token(arch: ArchInfo, kv_dtype_bytes: float, parallel: Parallel | None = None) -> float:
     """KV-cache bytes one token takes over all layers; with ``parallel``, on each device
-    holding it (GQA heads split over at most kv_heads ranks; MLA's latent is replicated)."""
+    holding it (GQA heads split over at most kv_heads ranks; MLA's latent is replicated).
+
+    Sliding-window layers are left out: a sequence holds at most ``sliding_window``
+    tokens of theirs however long it grows (an engine frees the blocks behind the
+    window). Capacity thus ignores that fixed amount per sequence (gpt-oss-120b: 128
+    tokens x 18 layers, 2.4 MB in fp8, as much as 128 more tokens of the full layers):
+    it overstates the tokens that fit by at most window / sequence length."""
     s = model_shape(arch)
     shard = min((parallel or Parallel()).attn_tp, s.kv_heads)
-    return s.num_layers * s.kv_values_per_token * kv_dtype_bytes / shard
+    return (s.num_layers - s.num_sliding_layers) * s.kv_values_per_token * kv_dtype_bytes / shard
 
 
 @dataclass(frozen=True)
@@ -182,13 +206,32 @@ def _rows(shape: StepShape) -> _Rows:
                  kv_read_tokens=sum(shape.decode_contexts) + prefix)
 
 
-def _flops(s: ModelShape, r: _Rows, devices: int) -> tuple[float, float]:
-    """(gemm, attention) FLOPs per device."""
+def _window_rows(shape: StepShape, full: _Rows, window: int) -> _Rows:
+    """``full`` (the step's ``_rows``) as a sliding-window layer sees it: every row attends
+    at most ``window`` keys, and a sequence's cache is read up to ``window`` tokens."""
+    def attended(context, rows):
+        # Rows k = 1..rows attend context + k keys until that reaches the window, then window.
+        below = np.clip(window - context, 0, rows)
+        return below * context + below * (below + 1) // 2 + (rows - below) * window
+
+    contexts = np.asarray(shape.decode_contexts, dtype=np.int64)  # vectorized: a step holds up to ~1k decodes
+    prefix = sum(min(p.context, window) for p in shape.prefills)
+    return replace(full, decode_pairs=int(attended(contexts, shape.tokens_per_decode).sum()),
+                   prefill_pairs=sum(int(attended(p.context, p.num_tokens)) for p in shape.prefills),
+                   prefix_tokens=prefix, kv_read_tokens=int(np.minimum(contexts, window).sum()) + prefix)
+
+
+def _flops(s: ModelShape, r: _Rows, window: _Rows, devices: int) -> tuple[float, float]:
+    """(gemm, attention) FLOPs per device; ``window``: the counts of the sliding-window layers."""
     moe = s.num_moe_layers
     per_row = s.dense_params + moe * s.router_params + moe * s.top_k * s.expert_params
     gemm = 2.0 * (r.rows * per_row + r.logit_rows * s.lm_head_params)
-    attn = s.num_layers * (r.decode_pairs * s.pair_flops_decode + r.prefill_pairs * s.pair_flops_prefill
-                           + r.prefix_tokens * s.prefix_flops_per_token)
+
+    def per_layer(c: _Rows) -> int:
+        return (c.decode_pairs * s.pair_flops_decode + c.prefill_pairs * s.pair_flops_prefill
+                + c.prefix_tokens * s.prefix_flops_per_token)
+
+    attn = (s.num_layers - s.num_sliding_layers) * per_layer(r) + s.num_sliding_layers * per_layer(window)
     return gemm / devices, attn / devices
 
 
@@ -198,7 +241,7 @@ def _weight_read(s: ModelShape, r: _Rows, p: Parallel, bpp: float) -> float:
     high = max(bpp, 2.0)
     non_expert = (s.dense_params * bpp + (s.lm_head_params + s.num_moe_layers * s.router_params) * high) / p.attn_tp
     touched = expected_distinct_experts(r.rows, s.num_experts, s.top_k) / p.ep
-    experts = s.num_moe_layers * touched * s.expert_params * bpp / p.etp
+    experts = s.num_moe_layers * touched * s.expert_params * _expert_bytes(s, bpp) / p.etp
     return non_expert + experts
 
 
@@ -242,11 +285,17 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
               kv_dtype_bytes: float) -> StepCost:
     """One step of ``shape`` (the whole replica's rows) as seen by one of its devices."""
     s, bpp, r, p = model_shape(arch), _bytes_per_param(precision), _rows(shape), parallel
-    gemm, attn = _flops(s, r, p.devices)
-    kv_token = s.num_layers * s.kv_values_per_token * kv_dtype_bytes / p.dp / min(p.attn_tp, s.kv_heads)
+    window = _window_rows(shape, r, s.sliding_window) if s.num_sliding_layers else r
+    gemm, attn = _flops(s, r, window, p.devices)
+    # KV bytes per token of the full layers and of the sliding-window ones (which still
+    # write every new token, into the window they keep).
+    full_layers = s.num_layers - s.num_sliding_layers
+    kv_token = full_layers * s.kv_values_per_token * kv_dtype_bytes / p.dp / min(p.attn_tp, s.kv_heads)
+    kv_window = s.num_sliding_layers * s.kv_values_per_token * kv_dtype_bytes / p.dp / min(p.attn_tp, s.kv_heads)
     ar, a2a, calls = _comm(s, r, p, precision)
     return StepCost(gemm_flops=gemm, attention_flops=attn, weight_bytes=_weight_read(s, r, p, bpp),
-                    kv_read_bytes=kv_token * r.kv_read_tokens, kv_write_bytes=kv_token * r.rows,
+                    kv_read_bytes=kv_token * r.kv_read_tokens + kv_window * window.kv_read_tokens,
+                    kv_write_bytes=(kv_token + kv_window) * r.rows,
                     activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
                     num_collectives=calls, devices=p.devices,
                     sequences=shape.num_decodes + len(shape.prefills),

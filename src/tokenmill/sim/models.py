@@ -5,10 +5,11 @@
 directory holding it), parsed by the registry's own config parser
 (model/loaders/dummy.py ``dummy_arch``). No weights are ever loaded.
 
-``model_shape(arch)`` turns a ``ModelArch`` (Llama family, Mixtral) or a
-``DeepseekArch`` (MLA + MoE) into ``ModelShape``: per-layer parameter counts and
-matrix widths, the only thing cost.py reads. gpt-oss-120b is not included (its
-attention sinks and alternating sliding window need their own arch).
+``model_shape(arch)`` turns a ``ModelArch`` (Llama family, Mixtral), a
+``DeepseekArch`` (MLA + MoE) or a ``GptOssArch`` (gpt-oss: alternating sliding
+window, MXFP4 experts; a description for the simulator only, the engine has no
+gpt-oss model) into ``ModelShape``: per-layer parameter counts and matrix
+widths, the only thing cost.py reads.
 """
 
 from __future__ import annotations
@@ -35,6 +36,70 @@ def _llama31(hidden: int, intermediate: int, layers: int, heads: int) -> ModelAr
                      eos_token_ids=(128001, 128008, 128009))
 
 
+@dataclass(frozen=True)
+class GptOssArch:
+    """gpt-oss (OpenAI): GQA with biases on q/k/v/o and a learned sink logit per head, the
+    even layers (0-based) attending over a sliding window; every layer an MoE of top-k
+    experts (gated SwiGLU with clamping, biases on both projections, a router with a bias).
+    The published checkpoint holds the experts in MXFP4, everything else in bf16.
+    Satisfies ``ArchInfo`` for the simulator; no engine model runs it."""
+
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_experts: int
+    top_k: int
+    expert_intermediate: int
+    sliding_window: int | None
+    """Keys a sliding layer attends (its own token included); None: every layer full."""
+    max_position_embeddings: int
+    eos_token_ids: tuple[int, ...]
+    family: str = "gpt_oss"
+    bos_token_id: int | None = None
+    expert_precision: str = "mxfp4"
+    """The experts' checkpoint format, which engines serve as is (cost.py EXPERT_FORMAT_BYTES)."""
+
+    @property
+    def num_sliding_layers(self) -> int:
+        return (self.num_layers + 1) // 2 if self.sliding_window else 0
+
+    @property
+    def attention_params(self) -> int:
+        """One layer: q/k/v/o weights and biases, one sink per head."""
+        h, q, kv = self.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return h * (q + 2 * kv) + (q + 2 * kv) + q * h + h + self.num_heads
+
+    @property
+    def expert_params(self) -> int:
+        """One expert: gate+up [h -> 2i] and down [i -> h], with biases."""
+        h, i = self.hidden_size, self.expert_intermediate
+        return h * 2 * i + 2 * i + i * h + h
+
+    @property
+    def router_params(self) -> int:
+        return self.num_experts * (self.hidden_size + 1)
+
+    def num_params(self) -> int:
+        """Every parameter: untied embedding and LM head, two RMSNorms per layer and a final one."""
+        h = self.hidden_size
+        layer = self.attention_params + self.num_experts * self.expert_params + self.router_params + 2 * h
+        return self.num_layers * layer + 2 * self.vocab_size * h + h
+
+    def flops_per_token(self, context_len: int = 0) -> float:
+        """2 x the parameters one token multiplies (top_k experts, LM head; biases and sinks
+        counted alike, a negligible excess) plus QK^T and PV over ``context_len`` keys,
+        at most ``sliding_window`` of them in the sliding layers."""
+        L, q = self.num_layers, self.num_heads * self.head_dim
+        matmul = L * (self.attention_params + self.router_params + self.top_k * self.expert_params)
+        matmul += self.vocab_size * self.hidden_size
+        window = min(context_len, self.sliding_window or context_len)
+        attention = 4 * q * ((L - self.num_sliding_layers) * context_len + self.num_sliding_layers * window)
+        return 2.0 * matmul + attention
+
+
 SIM_MODELS: dict[str, ArchInfo] = {
     # config.json of meta-llama/Llama-3.1-8B-Instruct, -3.1-405B-Instruct, -3.3-70B-Instruct on the HF Hub
     # (hidden_size, intermediate_size, num_hidden_layers, num_attention_heads; num_key_value_heads 8,
@@ -46,6 +111,14 @@ SIM_MODELS: dict[str, ArchInfo] = {
     "deepseek-r1": DEEPSEEK_PRESETS["deepseek-r1"],
     # The embedded model (SmolLM2-135M-Instruct): the registry's preset of its shape.
     "smollm2-135m": LLAMA_PRESETS["smollm2-135m"],
+    # openai/gpt-oss-120b config.json (transformers' GptOssConfig defaults are its values, and
+    # openai/gpt-oss gpt_oss/torch/model.py ModelConfig): 36 layers, hidden 2880, 64 heads of 64,
+    # 8 KV heads, 128 experts top-4 of width 2880, vocab 201088, sliding_window 128 on layers
+    # 0, 2, 4, ..., untied head, eos 200002. Model card (arXiv 2508.10925) Table 1: 116.83B
+    # parameters, MoE weights in MXFP4 (4.25 bits per parameter, sec. 2.1).
+    "gpt-oss-120b": GptOssArch(vocab_size=201088, hidden_size=2880, num_layers=36, num_heads=64, num_kv_heads=8,
+                               head_dim=64, num_experts=128, top_k=4, expert_intermediate=2880, sliding_window=128,
+                               max_position_embeddings=131072, eos_token_ids=(200002,)),
 }
 """Published shapes by simulator name."""
 
@@ -110,6 +183,12 @@ class ModelShape:
     dense_mlp_io: int
     expert_io: int
     shared_io: int
+    num_sliding_layers: int = 0
+    """Layers (of ``num_layers``) that attend over at most ``sliding_window`` keys."""
+    sliding_window: int | None = None
+    expert_precision: str | None = None
+    """The routed experts' own format (gpt-oss: "mxfp4"), kept whatever the deployment's
+    precision; None: the experts follow it like every other weight."""
 
     @property
     def dense_params(self) -> int:
@@ -125,13 +204,15 @@ class ModelShape:
 
 
 def model_shape(arch: ArchInfo) -> ModelShape:
-    """The shape of a Llama-family or DeepSeek-V3 arch; ValueError for another family."""
+    """The shape of a Llama-family, DeepSeek-V3 or gpt-oss arch; ValueError for another family."""
     if isinstance(arch, ModelArch):
         return _llama_shape(arch)
     if isinstance(arch, DeepseekArch):
         return _deepseek_shape(arch)
+    if isinstance(arch, GptOssArch):
+        return _gpt_oss_shape(arch)
     raise ValueError(f"sim: no cost model for {type(arch).__name__} ({arch.family}); "
-                     "supported: ModelArch (Llama family, Mixtral), DeepseekArch")
+                     "supported: ModelArch (Llama family, Mixtral), DeepseekArch, GptOssArch")
 
 
 def _mlp(h: int, width: int) -> tuple[int, int]:
@@ -188,4 +269,21 @@ def _deepseek_shape(a: DeepseekArch) -> ModelShape:
         prefix_flops_per_token=2 * kv_b,
         attention_io=q_io + (h + a.latent_dim) + (lora + H * (a.qk_nope_head_dim + v)) + (H * v + h),
         dense_mlp_io=mlp_io, expert_io=expert_io, shared_io=shared_io,
+    )
+
+
+def _gpt_oss_shape(a: GptOssArch) -> ModelShape:
+    h, q, kv = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+    _, expert_io = _mlp(h, a.expert_intermediate)
+    return ModelShape(
+        num_layers=a.num_layers, hidden=h, vocab=a.vocab_size, attention_params=a.attention_params,
+        num_dense_layers=0, dense_mlp_params=0, num_moe_layers=a.num_layers, num_experts=a.num_experts,
+        top_k=a.top_k, expert_params=a.expert_params, shared_params=0, router_params=a.router_params,
+        embed_params=a.vocab_size * h, lm_head_params=a.vocab_size * h, tied=False,
+        norm_params=a.num_layers * 2 * h + h, mla=False, kv_heads=a.num_kv_heads, kv_values_per_token=2 * kv,
+        # As for GQA above; the sink adds one logit per head and row, not counted.
+        pair_flops_decode=4 * q, pair_flops_prefill=4 * q, prefix_flops_per_token=0,
+        attention_io=(h + q + 2 * kv) + (q + h), dense_mlp_io=0, expert_io=expert_io, shared_io=0,
+        num_sliding_layers=a.num_sliding_layers, sliding_window=a.sliding_window,
+        expert_precision=a.expert_precision,
     )

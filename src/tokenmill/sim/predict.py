@@ -6,6 +6,10 @@ scheduler (serving.py) over step times from the cost model (cost.py) on a
 hardware profile (hardware.py). The load splits evenly over replicas, so one
 replica is simulated and its figures scaled. KV capacity per device is what
 the memory fraction leaves after the weights.
+
+With ``disagg`` the replicas form a prefill pool and a decode pool
+(sim/disagg.py); then every replica is simulated and the request count and
+QPS are the whole deployment's.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
+from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.scenarios import find_peak_qps, limits_s, offline_requests, server_requests, single_stream
 from tokenmill.sim.serving import SimConfig, SimResult, simulate
@@ -36,6 +41,8 @@ class Deployment:
     """Draft tokens verified per decode step (speculative decoding / MTP)."""
     mtp_tokens_per_step: float = 1.0
     """Mean tokens accepted per decode step (1 + accepted drafts)."""
+    disagg: PoolSplit | None = None
+    """Prefill and decode replicas (of ``parallel`` each); None: aggregated replicas."""
 
     @property
     def replicas(self) -> int:
@@ -64,13 +71,18 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
     """KV blocks per replica; ValueError naming the flag when it cannot run."""
     if d.num_gpus % d.parallel.devices:
         raise ValueError(f"--num-gpus: {d.num_gpus} is not a multiple of the replica's {d.parallel.devices} devices")
+    if d.disagg and d.disagg.replicas * d.parallel.devices != d.num_gpus:
+        raise ValueError(f"--num-gpus: {d.num_gpus} GPUs, but --disagg {d.disagg.prefill_replicas}:"
+                         f"{d.disagg.decode_replicas} replicas of {d.parallel.devices} devices take "
+                         f"{d.disagg.replicas * d.parallel.devices}")
     weights = weight_bytes(arch, d.precision, d.parallel)
     room = hw.memory_bytes * d.memory_fraction - weights
     if room <= 0:
         raise ValueError(f"--tp/--ep: {weights / 1e9:.1f} GB of weights per device do not fit in "
                          f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise --tp or --ep")
     per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], d.parallel)
-    return int(room / (per_token * d.block_size))
+    # Under attention DP each of the dp groups caches its own sequences: dp times one device's room.
+    return int(room * d.parallel.dp / (per_token * d.block_size))
 
 
 def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
@@ -84,28 +96,57 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=d.max_num_batched_tokens,
                        num_kv_blocks=blocks, block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth)
+    # Aggregated: one replica's share of the load is simulated; disaggregated: all of it.
+    share = 1 if d.disagg else d.replicas
+    num_requests = w.num_requests * (d.replicas if d.disagg else 1)
+    if d.disagg:
+        pool = Pool(seconds, config)
+        transfer = transfer_time(arch, hw, d)
+
+        def run(requests):
+            return simulate_disagg(requests, d.disagg, pool, pool, transfer)
+    else:
+        def run(requests):
+            return simulate(requests, seconds, config)
     qps = None
     if w.scenario == "offline":
-        result = simulate(offline_requests(w.num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens), seconds,
-                          config)
+        result = run(offline_requests(num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens))
     elif w.scenario == "singlestream":
+        if d.disagg:
+            raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
         result = single_stream(min(w.num_requests, 64), w.isl, w.osl, seconds, config)
     elif w.target_qps is not None:
-        qps = w.target_qps / d.replicas
-        result = simulate(server_requests(qps, w.isl, w.osl, num_requests=w.num_requests,
-                                          cached_tokens=w.cached_tokens), seconds, config)
+        qps = w.target_qps / share
+        result = run(server_requests(qps, w.isl, w.osl, num_requests=num_requests, cached_tokens=w.cached_tokens))
     else:
         limits = limits_s(w.preset, w.scenario)
         limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
-        qps, result = find_peak_qps(lambda q: server_requests(q, w.isl, w.osl, num_requests=w.num_requests,
+        # No more than the Offline rate of the same requests (find_peak_qps: a burst is not a rate).
+        capacity = run(offline_requests(num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens)).requests_per_s
+        qps, result = find_peak_qps(lambda q: server_requests(q, w.isl, w.osl, num_requests=num_requests,
                                                               cached_tokens=w.cached_tokens),
-                                    seconds, config, limits)
-    return _figures(result, hw, d, w, blocks, qps)
+                                    seconds, config, limits, run=run, max_qps=capacity)
+    return _figures(result, hw, d, w, blocks, qps, share)
 
 
-def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None) -> dict:
-    per_replica = result.output_tokens_per_s
-    total = per_replica * d.replicas
+def transfer_time(arch, hw: Hardware, d: Deployment):
+    """Seconds to move a prompt's KV from a prefill to a decode replica: each
+    device sends its shard over NVLink when both pools fit in one scale-up
+    domain, else over the scale-out network, at the profile's communication
+    efficiency, plus one collective latency."""
+    per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], d.parallel)
+    link = hw.interconnect_bw if d.num_gpus <= hw.scale_up_size else hw.scale_out_bw
+    rate = link * hw.efficiency.comm
+
+    def seconds(prompt_tokens: int) -> float:
+        return prompt_tokens * per_token / rate + hw.efficiency.collective_latency_s
+    return seconds
+
+
+def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None,
+             share: int) -> dict:
+    """``share``: how many times the simulated load fits in the deployment (1: all of it was simulated)."""
+    total = result.output_tokens_per_s * share
     per_gpu = total / d.num_gpus
     cost = hw.price_per_hour * d.num_gpus / (total * 3600) * 1e6 if total else None
     tpot = result.tpot_ms
@@ -113,12 +154,13 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
         "tokens_per_s_per_gpu": per_gpu, "tokens_per_s": total,
         "ttft_ms": {"p50": result.ttft_ms.p50, "p99": result.ttft_ms.p99},
         "tpot_ms": {"p50": tpot.p50, "p99": tpot.p99} if tpot is not None else None,
-        "qps": qps * d.replicas if qps is not None else None,
+        "qps": qps * share if qps is not None else None,
         "cost_per_million_tokens": cost,
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
                    **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
+                   "disagg": asdict(d.disagg) if d.disagg else None,
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "num_requests": w.num_requests,
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},

@@ -102,7 +102,8 @@ def single_stream(num_requests: int, isl: Lengths, osl: Lengths, step_time: Step
 
 def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time: StepTime, config: SimConfig,
                   limits: tuple[float, float], start_qps: float = 1.0, rel_tol: float = 0.02,
-                  max_runs: int = 40) -> tuple[float, SimResult]:
+                  max_runs: int = 40, run: Callable[[list[SimRequest]], SimResult] | None = None,
+                  max_qps: float = math.inf) -> tuple[float, SimResult]:
     """Highest QPS whose run meets ``limits`` = (ttft_p99_s, tpot_p99_s):
     double or halve from ``start_qps`` until one QPS passes and another fails,
     then bisect (geometrically) until they are within ``rel_tol``.
@@ -111,7 +112,12 @@ def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time:
     close to true run by run when ``make_requests`` uses one seed for every
     QPS (server_requests does: common random numbers). Returns the best
     passing QPS and its run; (0.0, the run at the lowest QPS tried) when none
-    passed within ``max_runs``; the highest QPS tried if none failed."""
+    passed within ``max_runs``; the highest QPS tried if none failed. ``run``
+    replaces ``simulate(requests, step_time, config)`` (e.g. disaggregated
+    pools, sim/disagg.py). ``max_qps`` caps the search: a finite request set
+    offered faster than the system completes requests arrives as one burst,
+    which can meet the limits without the rate being sustainable (pass the
+    Offline requests/s of the same requests)."""
     if start_qps <= 0 or rel_tol <= 0:
         raise ValueError("find_peak_qps: start_qps and rel_tol must be positive")
     runs = 0
@@ -119,17 +125,20 @@ def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time:
     def attempt(qps: float) -> tuple[bool, SimResult]:
         nonlocal runs
         runs += 1
-        result = simulate(make_requests(qps), step_time, config)
+        requests = make_requests(qps)
+        result = run(requests) if run else simulate(requests, step_time, config)
         return result.meets(*limits), result
 
     best: tuple[float, SimResult] | None = None  # highest passing
     fail: tuple[float, SimResult] | None = None  # lowest failing
-    qps = start_qps
+    qps = min(start_qps, max_qps)
     while runs < max_runs and (best is None or fail is None):  # bracket
         ok, result = attempt(qps)
         if ok:
             best = (qps, result)
-            qps *= 2
+            if qps >= max_qps:
+                return best
+            qps = min(qps * 2, max_qps)
         else:
             fail = (qps, result)
             qps /= 2

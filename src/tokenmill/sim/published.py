@@ -1,0 +1,299 @@
+"""Published figures to validate `tokenmill sim` against: MLPerf Inference dataset lengths and
+latency limits, and measured throughput of LLM deployments on H100/H200/B200/GB200/GB300.
+
+Every number was read in the source named by its row (repository + path + commit, or URL);
+none is recalled or estimated. Throughput is generated (output) tokens/s per GPU: MLPerf's
+"Tokens per second" (Offline) and "Completed tokens per second" (Server, Interactive) count
+output tokens, and the TensorRT-LLM tables report output throughput. Where a source gives the
+system total, the row stores total / num_gpus and its note records the total.
+
+How rows were chosen:
+- MLPerf: valid closed-division results of the models the simulator knows (plus Llama-2-70B),
+  taking NVIDIA's own systems where it submitted and otherwise one partner system per
+  hardware kind, 8-GPU nodes preferred. Only the -99 accuracy target of Llama-2-70B is kept
+  (NVIDIA's -99.9 runs use the same engine and report the same numbers).
+- TensorRT-LLM perf-overview: ISL/OSL 1K/1K plus the long-input and long-output pairs, for
+  every GPU the table covers. The current page reports per GPU; an older page (the only one
+  with Llama-3.1-8B and -405B) reports totals.
+- TensorRT-LLM's DeepSeek-R1 guide: its max-throughput runs on 8 GPUs. Its batch-1 MTP runs
+  are left out (speculative decoding on a real dataset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DatasetLengths:
+    benchmark: str
+    samples: int | None
+    isl_mean: float | None
+    osl_mean: float | None
+    isl_max: int | None
+    osl_max: int | None
+    source: str
+    osl_observed: float | None = None  # tokens/s over samples/s of one published Offline run
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PublishedResult:
+    model: str
+    hardware: str
+    num_gpus: int
+    precision: str
+    scenario: str
+    isl: int | None
+    osl: int | None
+    dataset: str | None
+    tokens_per_s_per_gpu: float
+    parallel: str | None
+    source: str
+    note: str = ""
+
+
+_INF = "github.com/mlcommons/inference @b66003e"
+
+DATASETS: tuple[DatasetLengths, ...] = (
+    DatasetLengths(
+        "deepseek-r1", 4388, None, 3886.2274, 3136, 20000,
+        f"{_INF}: loadgen/mlperf.conf performance_sample_count 4388; language/deepseek-r1/README.md reference "
+        "eval mean-output-tok-len 3886.2274 over 4388 samples; utils/backend_registry.py MAX_ISL=3136, MAX_OSL=20000",
+        osl_observed=647076 / 172.442,
+        note="osl_observed: v6.0 NVIDIA GB300x72 Offline log (647,076 tok/s, 172.442 samples/s)",
+    ),
+    DatasetLengths(
+        "llama3.1-405b", 8313, None, 684.68, None, 2000,
+        f"{_INF}: mlperf.conf 8313 samples; language/llama3.1-405b/README.md FP16 reference tokens_per_sample "
+        "684.68; SUT_VLLM.py max_tokens=2000 (reference generation cap, not a dataset statistic)",
+        osl_observed=19511.7 / 30.5416,
+        note="osl_observed: v6.0 NVIDIA GB300x72 Offline log (19,511.7 tok/s, 30.5416 samples/s)",
+    ),
+    DatasetLengths(
+        "llama2-70b", 24576, None, 294.45, 1023, 1024,
+        f"{_INF}: mlperf.conf 24576 samples; language/llama2-70b/README.md FP16 reference 'Tokens per sample: "
+        "294.45'; processorca.py keeps input and reference-output lengths < 1024; SUT.py max_new_tokens=1024",
+        osl_observed=1126850 / 4126.88,
+        note="osl_observed: v6.0 NVIDIA GB300x72 Offline log (1.12685e6 tok/s, 4126.88 samples/s)",
+    ),
+    DatasetLengths(
+        "llama3.1-8b", 13368, None, None, None, 128,
+        f"{_INF}: mlperf.conf 13368 samples (5000 for llama3_1-8b-edge); SUT_VLLM.py max_tokens=128",
+        osl_observed=160403 / 1243.49,
+        note="README's gen_len 8167644 over 13368 samples counts characters (evaluation.py: len of decoded "
+        "text), so no token mean is stated; osl_observed: v6.0 Lambda B200x8 Offline log (160,403 tok/s, "
+        "1243.49 samples/s), one above the max_output_len 128 of NVIDIA's v6.0 "
+        "code/llama3_1-8b/tensorrt/generation_config.json",
+    ),
+    DatasetLengths(
+        "gpt-oss-120b", 6396, None, 1278.20, None, 10240,
+        f"{_INF}: mlperf.conf performance_sample_count 6396 (accuracy set 4395); language/gpt-oss-120b/README.md "
+        "performance config max_output_len=10240, reasoning_effort=low; TEST09 reference mean output 1278.20",
+        osl_observed=1042980 / 797.384,
+        note="osl_observed: v6.0 NVIDIA GB300x72 Offline log (1.04298e6 tok/s, 797.384 samples/s)",
+    ),
+)
+"""No file in the MLCommons inference repository states a mean or median input length for any of
+these benchmarks, so isl_mean is None throughout."""
+
+MLPERF_LATENCY_LIMITS: dict[str, dict[str, tuple[float, float]]] = {
+    "llama2-70b": {"server": (2000, 200), "interactive": (450, 40)},
+    "llama3.1-405b": {"server": (6000, 175), "interactive": (4500, 80)},
+    "llama3.1-8b": {"server": (2000, 100), "interactive": (500, 30)},
+    "deepseek-r1": {"server": (2000, 80), "interactive": (1500, 15)},
+    "gpt-oss-120b": {"server": (3000, 80), "interactive": (2000, 15)},
+}
+"""(ttft_ms, tpot_ms) at the 99th percentile (*.Server.target_latency_percentile = 99), from
+github.com/mlcommons/inference @b66003e loadgen/mlperf.conf (mlperf.conf at the root links to it)."""
+
+_V60 = ("MLPerf Inference v6.0 closed, mlcommons/inference_results_v6.0 (read from its copy "
+        "github.com/gbeezybez/inference_results_v6.0 @232fbf9)")
+_V51 = "MLPerf Inference v5.1 closed, github.com/mlcommons/inference_results_v5.1 @965182b"
+_V41 = "MLPerf Inference v4.1 closed, github.com/mlcommons/inference_results_v4.1 @198fc46"
+_ISSUE17 = "issue 17 (MLPerf Inference v6.0 / v5.1 results, GB300 NVL72), per GPU"
+_ADP8 = "TP8 EP8 attention-DP per 8-GPU instance"
+_GB300 = "GB300-NVL72_GB300-288GB_aarch64x72_TRT"
+_GB200 = "GB200-NVL72_GB200-186GB_aarch64x72_TRT"
+
+
+def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
+            prec: str, total: float, parallel: str | None = None, note: str = "") -> PublishedResult:
+    path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
+    dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
+    text = f"{total:,} tok/s total / {n} GPUs" + (f"; {note}" if note else "")
+    return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
+                           f"{rnd}: {path}", text)
+
+
+_TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
+            "(nvidia.github.io/TensorRT-LLM/developer-guide/perf-overview.html): trtllm-bench throughput, "
+            "output tok/s per GPU")
+_TRT_OLD = ("NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md @00f37686 (v1.0-era page): "
+            "trtllm-bench throughput, 'Total Output Throughput (tokens/sec)'")
+_TRT_DSR1 = ("NVIDIA/TensorRT-LLM docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md "
+             "@01c4ece9, 'Per GPU Output Throughput'")
+
+
+def _trt(model: str, hw: str, n: int, prec: str, isl: int, osl: int, per_gpu: float, parallel: str,
+         note: str = "") -> PublishedResult:
+    return PublishedResult(model, hw, n, prec, "throughput", isl, osl, None, per_gpu, parallel, _TRT_NEW, note)
+
+
+def _trt_total(model: str, hw: str, n: int, prec: str, isl: int, osl: int, total: float,
+               parallel: str) -> PublishedResult:
+    return PublishedResult(model, hw, n, prec, "throughput", isl, osl, None, total / n, parallel, _TRT_OLD,
+                           f"{total:,} tok/s total / {n} GPUs")
+
+
+RESULTS: tuple[PublishedResult, ...] = (
+    # MLPerf v6.0, GB300 NVL72
+    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 647076, _ADP8),
+    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 400436.77, _ADP8),
+    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive", "deepseek-r1", "gb300", 72, "fp4", 250633.67),
+    _mlperf(_V60, "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline", "deepseek-r1",
+            "gb300", 8, "fp4", 78564, "TP8 EP8 attention-DP",
+            f"{_ISSUE17} gives 9,821 for DeepSeek-R1 Offline: this 8-GPU result, not the 72-GPU one"),
+    _mlperf(_V60, "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server", "deepseek-r1",
+            "gb300", 8, "fp4", 64509.99, "TP8 EP8 attention-DP",
+            f"{_ISSUE17} gives 8,064 for DeepSeek-R1 Server: this 8-GPU result, not the 72-GPU one"),
+    _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
+            note=f"{_ISSUE17}: 271"),
+    _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,
+            note=f"{_ISSUE17}: 259"),
+    _mlperf(_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb300", 72, "fp4", 1042980,
+            note="log prints 1.04298e+06"),
+    _mlperf(_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Server", "gpt-oss-120b", "gb300", 72, "fp4", 1072251.73),
+    _mlperf(_V60, "NVIDIA", _GB300, "llama2-70b-99", "Offline", "llama2-70b", "gb300", 72, "fp4", 1126850,
+            note="log prints 1.12685e+06"),
+    # MLPerf v6.0, GB200 NVL72
+    _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Offline", "deepseek-r1", "gb200", 72, "fp4", 486141, _ADP8),
+    _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Server", "deepseek-r1", "gb200", 72, "fp4", 336106.48, _ADP8),
+    _mlperf(_V60, "NVIDIA", _GB200, "llama3.1-405b", "Offline", "llama3.1-405b", "gb200", 72, "fp4", 15461.5),
+    _mlperf(_V60, "NVIDIA", _GB200, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb200", 72, "fp4", 879542),
+    _mlperf(_V60, "NVIDIA", _GB200, "llama2-70b-99", "Offline", "llama2-70b", "gb200", 72, "fp4", 888054),
+    # MLPerf v6.0, 8x B200 / 8x H200 nodes
+    _mlperf(_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4", 58581.6,
+            "TP8 EP8 attention-DP"),
+    _mlperf(_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Server", "deepseek-r1", "b200", 8, "fp4", 51692.89,
+            "TP8 EP8 attention-DP"),
+    _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Offline", "gpt-oss-120b", "b200", 8, "fp4",
+            85921.2, "TP1 x8"),
+    _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Server", "gpt-oss-120b", "b200", 8, "fp4",
+            87444.22, "TP1 x8"),
+    _mlperf(_V60, "Google", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "b200", 8, "fp4",
+            1350.24, "TP2 PP2"),
+    _mlperf(_V60, "Lambda_SIT", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "b200", 8, "fp4",
+            160403),
+    _mlperf(_V60, "Lambda_SIT", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server", "llama3.1-8b", "b200", 8, "fp4",
+            130007.69),
+    _mlperf(_V60, "Supermicro", "SYS-822GS-NBRT_B200-SXM-180GB_TRT", "llama2-70b-99", "Offline", "llama2-70b",
+            "b200", 8, "fp4", 101595),
+    _mlperf(_V60, "RedHat", "8xH200-LLM-D-Openshift", "gpt-oss-120b", "Offline", "gpt-oss-120b", "h200", 8,
+            "mxfp4", 28680, note="vLLM 0.14.1 under llm-d, not TensorRT-LLM"),
+    _mlperf(_V60, "RedHat", "8xH200-LLM-D-Openshift", "gpt-oss-120b", "Server", "gpt-oss-120b", "h200", 8,
+            "mxfp4", 24103.19, note="vLLM under llm-d, not TensorRT-LLM"),
+    _mlperf(_V60, "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "h200", 8, "fp8",
+            53193.6, note="H200 NVL (PCIe card), not H200 SXM"),
+    _mlperf(_V60, "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "h200", 8,
+            "fp8", 32004, note="H200 NVL (PCIe card), not H200 SXM"),
+    # MLPerf v5.1 (same GB300 rack as v6.0, older software)
+    _mlperf(_V51, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 420659, _ADP8,
+            f"{_ISSUE17}: 5,842"),
+    _mlperf(_V51, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 209327.68, _ADP8,
+            f"{_ISSUE17}: 2,907"),
+    _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 16104.1,
+            "TP2", f"{_ISSUE17}: 224"),
+    _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 12248.42,
+            "TP2", f"{_ISSUE17}: 170"),
+    # MLPerf v5.1, NVIDIA DGX B200 (8 GPUs)
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4",
+            33379, "TP8 EP8 attention-DP"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Server", "deepseek-r1", "b200", 8, "fp4",
+            18592.24, "TP8 EP8 attention-DP"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "b200", 8, "fp4",
+            101527, "TP1 x8"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "b200", 8, "fp4",
+            99123.04, "TP1 x8"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Interactive", "llama2-70b", "b200", 8,
+            "fp4", 59545.45, "TP1 x8"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "b200", 8, "fp4",
+            1624.11, "TP2 PP2"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server", "llama3.1-405b", "b200", 8, "fp4",
+            1240.42, "TP4"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "b200", 8, "fp4",
+            136752, "TP1 x8"),
+    _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server", "llama3.1-8b", "b200", 8, "fp4",
+            128540.95, "TP1 x8"),
+    # MLPerf v5.1, Hopper
+    _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "h200", 8, "fp8",
+            34812.1),
+    _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "h200", 8, "fp8",
+            34029.38),
+    _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "h200", 8, "fp8",
+            552.749),
+    _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server", "llama3.1-405b", "h200", 8, "fp8",
+            295.36),
+    _mlperf(_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "h200", 8,
+            "fp8", 66036.8),
+    _mlperf(_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Server", "llama3.1-8b", "h200", 8,
+            "fp8", 64914.57),
+    _mlperf(_V51, "Cisco", "HGX-H100_H100-SXM-80GBx16_TRT", "llama2-70b-99", "Offline", "llama2-70b", "h100", 16,
+            "fp8", 62351.6, note="two 8-GPU nodes"),
+    _mlperf(_V51, "Cisco", "HGX-H100_H100-SXM-80GBx16_TRT", "llama3_1-405b", "Offline", "llama3.1-405b", "h100",
+            16, "fp8", 783.131, note="two 8-GPU nodes"),
+    # MLPerf v4.1, NVIDIA DGX H100 / H200 (precision and TP from closed/NVIDIA/configs/llama2-70b/*/__init__.py)
+    _mlperf(_V41, "NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "h100", 8,
+            "fp8", 24524.9, "TP2 x4"),
+    _mlperf(_V41, "NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "h100", 8,
+            "fp8", 21605.79, "TP2 x4"),
+    _mlperf(_V41, "NVIDIA", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "h200", 8, "fp8",
+            31302.7, "TP1 x8"),
+    _mlperf(_V41, "NVIDIA", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "h200", 8, "fp8",
+            29228.22, "TP1 x8"),
+    # TensorRT-LLM perf-overview, current page (per GPU). DEPn = attention-DP with EPn on n GPUs.
+    _trt("deepseek-r1", "b200", 4, "fp4", 1024, 1024, 6430, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "b200", 4, "fp4", 1024, 8192, 3862, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "b200", 4, "fp4", 8192, 1024, 1168, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "gb200", 4, "fp4", 1024, 1024, 6924, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "gb200", 4, "fp4", 8192, 1024, 1192, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "h200", 8, "fp8", 1024, 1024, 1620, "DEP8", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "h200", 8, "fp8", 1024, 8192, 1218, "DEP8", "DeepSeek-R1-0528"),
+    _trt("gpt-oss-120b", "b200", 2, "fp4", 1024, 1024, 25870, "DEP2"),
+    _trt("gpt-oss-120b", "b200", 2, "fp4", 8192, 1024, 6111, "DEP2"),
+    _trt("gpt-oss-120b", "gb200", 1, "fp4", 1024, 1024, 26609, "TP1"),
+    _trt("gpt-oss-120b", "h200", 1, "fp8", 1024, 1024, 6798, "TP1", "the table labels Hopper runs FP8"),
+    _trt("gpt-oss-120b", "h200", 1, "fp8", 8192, 1024, 1828, "TP1", "the table labels Hopper runs FP8"),
+    _trt("gpt-oss-120b", "h100", 4, "fp8", 1024, 1024, 4715, "DEP4", "the table labels Hopper runs FP8"),
+    _trt("gpt-oss-120b", "h100", 4, "fp8", 8192, 1024, 1169, "DEP4", "the table labels Hopper runs FP8"),
+    _trt("llama3.3-70b", "b200", 1, "fp4", 1024, 1024, 6842, "TP1"),
+    _trt("llama3.3-70b", "b200", 1, "fp4", 1024, 8192, 3242, "TP1"),
+    _trt("llama3.3-70b", "b200", 1, "fp4", 8192, 1024, 1362, "TP1"),
+    _trt("llama3.3-70b", "gb200", 1, "fp4", 1024, 1024, 7751, "TP1"),
+    _trt("llama3.3-70b", "h200", 2, "fp8", 1024, 1024, 2582, "TP2"),
+    _trt("llama3.3-70b", "h200", 2, "fp8", 8192, 1024, 537, "TP2"),
+    _trt("llama3.3-70b", "h100", 2, "fp8", 1000, 1000, 2209, "TP2", "no 1024/1024 H100 entry"),
+    _trt("llama3.3-70b", "h100", 2, "fp8", 8192, 1024, 398, "TP2"),
+    # TensorRT-LLM perf-overview, older page (totals)
+    _trt_total("llama3.1-8b", "h100", 1, "fp8", 1000, 1000, 15220, "TP1"),
+    _trt_total("llama3.1-8b", "h100", 1, "fp8", 128, 2048, 22714, "TP1"),
+    _trt_total("llama3.1-8b", "h100", 1, "fp8", 2048, 128, 3450, "TP1"),
+    _trt_total("llama3.1-8b", "h100", 1, "fp8", 20000, 2000, 1351, "TP1"),
+    _trt_total("llama3.1-8b", "h200", 1, "fp8", 1000, 1000, 17744, "TP1"),
+    _trt_total("llama3.1-8b", "h200", 1, "fp8", 2048, 128, 3538, "TP1"),
+    _trt_total("llama3.1-8b", "h200", 1, "fp8", 20000, 2000, 1804, "TP1"),
+    _trt_total("llama3.1-405b", "h100", 8, "fp8", 1000, 1000, 2919, "TP8"),
+    _trt_total("llama3.1-405b", "h100", 8, "fp8", 2048, 128, 453, "TP8"),
+    _trt_total("llama3.1-405b", "h200", 8, "fp8", 1000, 1000, 3330, "TP8"),
+    _trt_total("llama3.1-405b", "b200", 4, "fp4", 1000, 1000, 5209, "TP4"),
+    _trt_total("llama3.1-405b", "gb200", 4, "fp4", 1000, 1000, 5389, "TP4"),
+    # TensorRT-LLM DeepSeek-R1 guide, max-throughput runs on 8 GPUs
+    PublishedResult("deepseek-r1", "b200", 8, "fp4", "throughput", 1024, 2048, None, 4548.0105,
+                    "TP8 EP8 attention-DP", _TRT_DSR1, "FP16 KV cache, concurrency 3072, commit b6261862"),
+    PublishedResult("deepseek-r1", "b200", 8, "fp4", "throughput", 1024, 2048, None, 5393.2755,
+                    "TP8 EP8 attention-DP", _TRT_DSR1,
+                    "R1-0528 with FP8 KV cache, concurrency 7168; the section does not restate ISL/OSL, but its "
+                    "totals give 2,048 output and about 1,042 input tokens per request"),
+    PublishedResult("deepseek-r1", "h200", 8, "fp8", "throughput", 1024, 2048, None, 1436.1584,
+                    "TP8 EP8 attention-DP", _TRT_DSR1, "concurrency 1024, synthetic dataset"),
+)

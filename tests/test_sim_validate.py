@@ -1,0 +1,71 @@
+"""`tokenmill sim validate`: published rows simulated as the deployments they name (sim/validate.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenmill.sim.cost import Parallel
+from tokenmill.sim.published import RESULTS, PublishedResult
+from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel, table
+
+
+@pytest.mark.parametrize("text, parallel", [
+    ("TP8", Parallel(tp=8)),
+    ("TP2 x4", Parallel(tp=2)),
+    ("TP1 x8", Parallel(tp=1)),
+    ("DEP4", Parallel(tp=1, ep=4, attention_dp=True)),
+    ("TP8 EP8 attention-DP", Parallel(tp=1, ep=8, attention_dp=True)),
+    ("TP8 EP8 attention-DP per 8-GPU instance", Parallel(tp=1, ep=8, attention_dp=True)),
+])
+def test_parse_parallel(text, parallel):
+    assert parse_parallel(text, 8) == parallel
+
+
+@pytest.mark.parametrize("text, reason", [("TP2 PP2", "pipeline parallel"), (None, "no layout")])
+def test_parse_parallel_refuses(text, reason):
+    with pytest.raises(ValueError, match=reason):
+        parse_parallel(text, 8)
+
+
+def _row(**kw) -> PublishedResult:
+    base = dict(model="llama3.1-8b", hardware="h100", num_gpus=1, precision="fp8", scenario="throughput",
+                isl=2048, osl=128, dataset=None, tokens_per_s_per_gpu=3450.0, parallel="TP1", source="test")
+    return PublishedResult(**{**base, **kw})
+
+
+def test_check_row_simulates_the_best_batch():
+    checked = check_row(_row(), num_requests=64, seq_choices=(16, 64))
+    assert checked.simulated > 0 and checked.max_num_seqs in (16, 64)
+    assert checked.error == pytest.approx(checked.simulated / 3450.0 - 1)
+    # More GPUs of the same replica layout: per-GPU throughput is the same (even load split).
+    wider = check_row(_row(num_gpus=4), num_requests=64, seq_choices=(16, 64))
+    assert wider.simulated == pytest.approx(checked.simulated, rel=1e-6)
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(model="llama2-70b"), "not in the simulator"),
+    (dict(isl=None, osl=None, dataset="deepseek-r1", scenario="offline"), "input lengths not published"),
+    (dict(parallel="TP2 PP2", num_gpus=4), "pipeline parallel"),
+    (dict(parallel="TP4", num_gpus=6), "does not divide"),
+])
+def test_check_row_skips_with_a_reason(kw, reason):
+    checked = check_row(_row(**kw), num_requests=16, seq_choices=(16,))
+    assert checked.simulated is None and reason in checked.skipped
+
+
+def test_table_counts_rows_within_tolerance():
+    row = _row()
+    checked = [Checked(row, 3450.0 * (1 + TOLERANCE / 2), 64), Checked(row, 3450.0 * 2, 64),
+               Checked(_row(model="llama2-70b"), None, None, "model llama2-70b not in the simulator")]
+    text = table(checked)
+    assert "1 of 2 rows within 25%" in text and "1 skipped" in text
+    assert "2.00 **x**" in text and "1.12 |" in text
+
+
+def test_published_rows_are_well_formed():
+    assert len(RESULTS) >= 10
+    kinds = {r.hardware for r in RESULTS}
+    assert {"h100", "h200", "b200"} <= kinds
+    for r in RESULTS:
+        assert r.tokens_per_s_per_gpu > 0 and r.num_gpus >= 1 and r.source
+        assert (r.isl is None) == (r.osl is None)
