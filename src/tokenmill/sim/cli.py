@@ -44,11 +44,19 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
                         "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits); replaces "
                         "--tp/--ep/--attention-dp/--max-num-seqs")
+    g.add_argument("--pareto", default=None, metavar="PATH",
+                   help="plot tokens/s per GPU against tokens/s per user (1000 / TPOT p50) over --max-num-seqs "
+                        "1..1024 and the layouts --search tries on --num-gpus (else the --tp/--ep layout), with "
+                        "the Pareto front; writes PATH (.png) and the points as .json next to it")
     g.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp8", "fp4"),
                    help="weights and GEMMs (default: the hardware's, as published runs use: fp8 Hopper, fp4 Blackwell)")
     g.add_argument("--mtp", type=int, default=0, metavar="N", help="draft tokens verified per decode step")
     g.add_argument("--mtp-acceptance", type=float, default=None, metavar="TOKENS",
                    help="mean tokens accepted per decode step with --mtp (default 1 + 0.7 N)")
+    g.add_argument("--uplift", action="store_true",
+                   help="what each technique is worth: the deployment above (the full stack) against the same "
+                        "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
+                        "--cached-tokens), and each switched on alone; a table of tokens/s per GPU and latencies")
     w = parser.add_argument_group("workload and scheduler")
     w.add_argument("--scenario", choices=SCENARIOS, default="offline")
     w.add_argument("--isl", type=int, default=1024, help="prompt tokens per request")
@@ -103,6 +111,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
     workload = Workload(args.scenario, args.isl, args.osl, args.num_requests, args.cached_tokens, preset,
                         args.ttft_ms, args.tpot_ms, args.target_qps)
+    if args.uplift:
+        if args.search or args.pareto:
+            raise ValueError(f"--uplift and {'--search' if args.search else '--pareto'}: pick one (--uplift compares "
+                             "techniques on the layout given)")
+        return _uplift(arch, hw, deployment, workload, args.json)
+    if args.pareto:
+        if args.search:
+            raise ValueError("--pareto and --search: pick one (--pareto sweeps the layouts and --max-num-seqs itself)")
+        from tokenmill.sim.pareto import front_table, run_pareto
+
+        doc = run_pareto(arch, hw, deployment, workload, args.pareto, model=model,
+                         search_layouts=args.num_gpus is not None and split is None)
+        print(json.dumps(doc, indent=2) if args.json else front_table(doc))
+        return 0
     if args.search:
         figures = _search(arch, hw, deployment, workload)
     else:
@@ -125,6 +147,22 @@ def parse_disagg(text: str | None):
         return PoolSplit(prefill, decode)
     except ValueError as e:
         raise ValueError(f"--disagg: {e}") from None
+
+
+def _uplift(arch, hw, deployment, workload, as_json: bool) -> int:
+    from tqdm import tqdm
+
+    from tokenmill.sim.uplift import table, techniques, uplift
+
+    n = len(techniques(deployment, workload))
+    with tqdm(total=n + 1 + (n > 1), desc="Simulating variants", unit="variant", leave=False) as bar:
+        variants = uplift(arch, hw, deployment, workload, progress=bar.update)
+    if as_json:
+        print(json.dumps([{"variant": v.name, "figures": v.figures, "error": v.error or None} for v in variants],
+                         indent=2))
+    else:
+        print(table(variants))
+    return 0
 
 
 def _search(arch, hw, deployment, workload) -> dict:

@@ -1,0 +1,117 @@
+"""``tokenmill sim --uplift``: what each technique of a deployment is worth.
+
+The seeds' question (MLPerf v6.0: how much of the gain is software) asked of
+the simulator: the deployment the flags describe is the full stack; the
+baseline is the same GPUs with every technique it uses switched off; each
+technique is then switched on alone, and the table gives tokens/s per GPU
+(and the latencies) of each against the baseline. Techniques, as the flags
+turn them on:
+
+- expert parallel and attention DP (``--ep``, ``--attention-dp``): off, a
+  replica is tensor parallel over the same devices;
+- speculative decoding / MTP (``--mtp N``, ``--mtp-acceptance``): off, one
+  token per decode step;
+- disaggregated prefill/decode (``--disagg P:D``): off, the same GPUs as
+  aggregated replicas;
+- prefix caching (``--cached-tokens``): off, every prompt computed whole.
+
+A variant that does not run (e.g. the weights do not fit a tensor-parallel
+replica) is reported with the reason instead of figures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tokenmill.sim.cost import Parallel
+from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.predict import Deployment, Workload, predict
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    figures: dict | None
+    error: str = ""
+
+
+def _without(d: Deployment, w: Workload, technique: str) -> tuple[Deployment, Workload]:
+    """``(d, w)`` with one technique switched off."""
+    if technique == "expert parallel + attention DP":
+        return replace(d, parallel=Parallel(tp=d.parallel.devices)), w
+    if technique == "MTP":
+        return replace(d, mtp_depth=0, mtp_tokens_per_step=1.0), w
+    if technique == "disaggregation":
+        return replace(d, disagg=None), w
+    if technique == "prefix caching":
+        return d, replace(w, cached_tokens=0)
+    raise ValueError(f"uplift: unknown technique {technique!r}")
+
+
+def techniques(d: Deployment, w: Workload) -> list[str]:
+    """The techniques the full deployment uses, in table order."""
+    used = []
+    if d.parallel.ep > 1 or d.parallel.attention_dp:
+        used.append("expert parallel + attention DP")
+    if d.mtp_depth:
+        used.append("MTP")
+    if d.disagg:
+        used.append("disaggregation")
+    if w.cached_tokens:
+        used.append("prefix caching")
+    return used
+
+
+def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None) -> list[Variant]:
+    """Baseline, each technique alone, the full stack (when more than one technique)."""
+    used = techniques(full, workload)
+    if not used:
+        raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
+                         "--mtp, --disagg, --cached-tokens); turn some on")
+    base = (full, workload)
+    for t in used:
+        base = _without(*base, t)
+    variants = [("baseline", base)]
+    variants += [(f"+ {t}", _alone(base, full, workload, t)) for t in used]
+    if len(used) > 1:
+        variants.append(("full stack", (full, workload)))
+    out = []
+    for name, (d, w) in variants:
+        try:
+            out.append(Variant(name, predict(arch, hw, d, w)))
+        except ValueError as e:
+            out.append(Variant(name, None, str(e)))
+        if progress:
+            progress(1)
+    return out
+
+
+def _alone(base: tuple[Deployment, Workload], full: Deployment, workload: Workload,
+           technique: str) -> tuple[Deployment, Workload]:
+    """The baseline with ``technique`` taken from the full deployment."""
+    d, w = base
+    if technique == "expert parallel + attention DP":
+        return replace(d, parallel=full.parallel), w
+    if technique == "MTP":
+        return replace(d, mtp_depth=full.mtp_depth, mtp_tokens_per_step=full.mtp_tokens_per_step), w
+    if technique == "disaggregation":
+        return replace(d, disagg=full.disagg), w
+    return d, replace(w, cached_tokens=workload.cached_tokens)
+
+
+def table(variants: list[Variant]) -> str:
+    """Markdown: tokens/s per GPU and its ratio to the baseline, latencies, QPS."""
+    base = variants[0].figures["tokens_per_s_per_gpu"] if variants[0].figures else None
+    lines = ["| variant | tokens/s per GPU | x baseline | TTFT p99 (ms) | TPOT p99 (ms) | QPS |",
+             "|---|---|---|---|---|---|"]
+    for v in variants:
+        if v.figures is None:
+            lines.append(f"| {v.name} | does not run: {v.error} | | | | |")
+            continue
+        f = v.figures
+        ratio = f"{f['tokens_per_s_per_gpu'] / base:.2f}x" if base else "-"
+        tpot = f"{f['tpot_ms']['p99']:,.1f}" if f["tpot_ms"] else "-"
+        qps = f"{f['qps']:,.2f}" if f["qps"] is not None else "-"
+        lines.append(f"| {v.name} | {f['tokens_per_s_per_gpu']:,.0f} | {ratio} | {f['ttft_ms']['p99']:,.1f} | "
+                     f"{tpot} | {qps} |")
+    return "\n".join(lines)

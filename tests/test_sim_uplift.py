@@ -1,0 +1,68 @@
+"""`tokenmill sim --uplift`: each technique of a deployment against the same GPUs without it (sim/uplift.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tokenmill.sim.cli import add_sim_args, cmd_sim
+from tokenmill.sim.cost import Parallel
+from tokenmill.sim.disagg import PoolSplit
+from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.models import get_model
+from tokenmill.sim.predict import Deployment, Workload
+from tokenmill.sim.uplift import Variant, table, techniques, uplift
+
+
+def test_techniques_follow_the_flags():
+    d = Deployment(16, Parallel(tp=1, ep=8, attention_dp=True), "fp4", mtp_depth=3, mtp_tokens_per_step=2.5,
+                   disagg=PoolSplit(1, 1))
+    w = Workload("offline", 1024, 1024, cached_tokens=256)
+    assert techniques(d, w) == ["expert parallel + attention DP", "MTP", "disaggregation", "prefix caching"]
+    assert techniques(Deployment(1, Parallel(), "fp8"), Workload("offline", 8, 8)) == []
+
+
+def test_each_technique_alone_and_together():
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    # Batch 8 is memory-bound: MTP's accepted tokens come almost free; a cached prefix
+    # skips most of each prompt. Both must raise tokens/s per GPU over the baseline.
+    full = Deployment(1, Parallel(), "fp8", max_num_seqs=8, mtp_depth=2, mtp_tokens_per_step=2.0)
+    variants = uplift(arch, hw, full, Workload("offline", 1024, 64, num_requests=32, cached_tokens=768))
+    names = [v.name for v in variants]
+    assert names == ["baseline", "+ MTP", "+ prefix caching", "full stack"]
+    tok = {v.name: v.figures["tokens_per_s_per_gpu"] for v in variants}
+    assert tok["+ MTP"] > 1.2 * tok["baseline"]
+    assert tok["+ prefix caching"] > 1.2 * tok["baseline"]
+    assert tok["full stack"] > max(tok["+ MTP"], tok["+ prefix caching"])
+    assert variants[0].figures["config"]["mtp_depth"] == 0 and variants[-1].figures["config"]["mtp_depth"] == 2
+
+
+def test_no_technique_is_an_error():
+    with pytest.raises(ValueError, match="--uplift: the deployment uses none"):
+        uplift(get_model("llama3.1-8b"), get_hardware("h100"), Deployment(1, Parallel(), "fp8"),
+               Workload("offline", 64, 8, num_requests=8))
+
+
+def test_table_reports_a_variant_that_does_not_run():
+    base = {"tokens_per_s_per_gpu": 100.0, "ttft_ms": {"p99": 10.0}, "tpot_ms": {"p99": 2.0}, "qps": None}
+    text = table([Variant("baseline", base), Variant("+ MTP", {**base, "tokens_per_s_per_gpu": 150.0}),
+                  Variant("+ disaggregation", None, "--num-gpus: 5 GPUs")])
+    assert "| + MTP | 150 | 1.50x |" in text
+    assert "| + disaggregation | does not run: --num-gpus: 5 GPUs |" in text
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_sim_args(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_cli_uplift(capsys):
+    argv = ("--model", "llama3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "32", "--num-requests", "40",
+            "--max-num-seqs", "16", "--disagg", "1:1", "--uplift")
+    assert cmd_sim(_args(*argv)) == 0
+    out = capsys.readouterr().out
+    assert "| baseline |" in out and "| + disaggregation |" in out
+    with pytest.raises(ValueError, match="--uplift and --search"):
+        cmd_sim(_args(*argv, "--search"))
