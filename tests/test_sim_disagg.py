@@ -93,3 +93,26 @@ def test_cli_disagg_flags(capsys):
         parse_disagg("0:4")
     with pytest.raises(ValueError, match="--num-gpus: 5 GPUs, but --disagg 1:3"):
         cmd_sim(_args("--model", "llama3.1-8b", "--disagg", "1:3", "--num-gpus", "5"))
+
+
+def test_pool_splits_cover_shares_and_aggregated():
+    from tokenmill.sim.search import pool_splits
+
+    assert pool_splits(1) == [None]
+    assert pool_splits(2) == [None, PoolSplit(1, 1)]
+    assert pool_splits(9) == [None, PoolSplit(1, 8), PoolSplit(2, 7), PoolSplit(3, 6), PoolSplit(4, 5),
+                              PoolSplit(6, 3)]
+
+
+def test_search_with_splits_tries_disaggregated_candidates():
+    from tokenmill.sim.search import num_candidates, search
+
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    base = Deployment(2, Parallel(), "fp8")
+    w = Workload("offline", 512, 16, num_requests=20)
+    found = search(arch, hw, base, w, splits=True)
+    assert len(found) == num_candidates(arch, hw, 2, splits=True) == 18  # tp 1 x (aggregated, 1:1) + tp 2
+    assert {c.disagg for c in found} == {None, PoolSplit(1, 1)}
+    assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
+    with pytest.raises(ValueError, match="--disagg auto: only with --search"):
+        cmd_sim(_args("--model", "llama3.1-8b", "--disagg", "auto"))

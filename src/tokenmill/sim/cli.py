@@ -39,7 +39,8 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--disagg", default=None, metavar="P:D",
                    help="disaggregated prefill/decode: P prefill and D decode replicas of the --tp/--ep layout "
                         "(KV moved between them over NVLink inside one scale-up domain, else the network); "
-                        "--num-gpus defaults to (P + D) x the replica's devices")
+                        "--num-gpus defaults to (P + D) x the replica's devices. With --search: auto, to try "
+                        "prefill:decode splits of every layout beside aggregated replicas")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
                         "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits); replaces "
@@ -101,7 +102,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
     parallel = Parallel(args.tp, args.ep, args.attention_dp)
     accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
-    split = parse_disagg(args.disagg)
+    search_splits = args.disagg == "auto"
+    if search_splits and not args.search:
+        raise ValueError("--disagg auto: only with --search (it searches the prefill:decode split); give P:D")
+    split = None if search_splits else parse_disagg(args.disagg)
     devices = parallel.devices * (split.replicas if split else 1)
     deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
@@ -126,7 +130,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2) if args.json else front_table(doc))
         return 0
     if args.search:
-        figures = _search(arch, hw, deployment, workload)
+        figures = _search(arch, hw, deployment, workload, search_splits)
     else:
         figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
@@ -165,20 +169,21 @@ def _uplift(arch, hw, deployment, workload, as_json: bool) -> int:
     return 0
 
 
-def _search(arch, hw, deployment, workload) -> dict:
+def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
     """The best candidate's figures, with the ten best under "searched"."""
     from tqdm import tqdm
 
     from tokenmill.sim.search import num_candidates, search
 
-    with tqdm(total=num_candidates(arch, hw, deployment.num_gpus), desc="Searching deployments", unit="candidate",
-              leave=False) as bar:
-        found = search(arch, hw, deployment, workload, progress=bar.update)
+    with tqdm(total=num_candidates(arch, hw, deployment.num_gpus, splits), desc="Searching deployments",
+              unit="candidate", leave=False) as bar:
+        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
     return {**found[0].figures, "searched": [
         {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp,
-         "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"]}
+         "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"],
+         "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
         for c in found[:10]]}
 
 
@@ -202,8 +207,9 @@ def _table(f: dict) -> str:
     for i, c in enumerate(f.get("searched", ())):
         if i == 0:
             lines.append("  best layouts searched (tokens/s per GPU):")
+        pools = f", disagg {c['disagg']}" if c.get("disagg") else ""
         lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
-                     f"max-num-seqs {c['max_num_seqs']:>5}: {c['tokens_per_s_per_gpu']:,.0f}")
+                     f"max-num-seqs {c['max_num_seqs']:>5}{pools}: {c['tokens_per_s_per_gpu']:,.0f}")
     lines.append("  (the model's estimate; `tokenmill sim validate` and docs/SIMULATOR.md say how far to trust it)")
     return "\n".join(lines)
 

@@ -13,6 +13,11 @@ devices (every ``d`` among 1, 2, 4, 8, 16, 32, 64, 72 that divides it):
 and for each, ``max_num_seqs`` per replica from ``SEQ_CHOICES`` (attention DP:
 per device, since each device holds its own sequences). Layouts whose weights
 do not fit are skipped.
+
+With ``splits`` (``--search --disagg auto``), each layout of two or more
+replicas is also tried disaggregated (sim/disagg.py), with the prefill pool
+taking each of ``PREFILL_SHARES`` of the replicas (rounded, at least one
+replica per pool).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tokenmill.sim.cost import Parallel
+from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.models import model_shape
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
@@ -28,6 +34,7 @@ from tokenmill.sim.predict import Deployment, Workload, check_deployment, predic
 REPLICA_SIZES = (1, 2, 4, 8, 16, 32, 64, 72)
 SEQ_CHOICES = (32, 64, 128, 256, 512, 1024)
 MAX_TP = 8
+PREFILL_SHARES = (1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3)
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,7 @@ class Candidate:
     parallel: Parallel
     max_num_seqs: int
     figures: dict
+    disagg: PoolSplit | None = None
     """predict()'s figures for this candidate."""
 
     @property
@@ -55,30 +63,40 @@ def layouts(arch, hw: Hardware, num_gpus: int) -> list[Parallel]:
     return list(dict.fromkeys(out))
 
 
+def pool_splits(replicas: int) -> list[PoolSplit | None]:
+    """Aggregated (None), then each prefill share of ``replicas`` as a P:D split."""
+    prefill = sorted({min(replicas - 1, max(1, round(replicas * f))) for f in PREFILL_SHARES}) if replicas > 1 else []
+    return [None] + [PoolSplit(p, replicas - p) for p in prefill]
+
+
 def search(arch, hw: Hardware, base: Deployment, workload: Workload,
-           progress: Callable[[int], None] | None = None) -> list[Candidate]:
+           progress: Callable[[int], None] | None = None, splits: bool = False) -> list[Candidate]:
     """Every candidate that runs, best first. ``base`` gives the GPU count,
-    precision, token budget and MTP settings; ``progress(n)`` is called as
-    candidates finish (n of them each time)."""
+    precision, token budget and MTP settings; ``splits`` also tries the
+    disaggregated splits; ``progress(n)`` is called as candidates finish (n of
+    them each time)."""
     found = []
     for parallel in layouts(arch, hw, base.num_gpus):
-        trial = replace(base, parallel=parallel)
+        trial = replace(base, parallel=parallel, disagg=None)
+        options = pool_splits(base.num_gpus // parallel.devices) if splits else [None]
         try:
             check_deployment(arch, hw, trial)
         except ValueError:  # weights do not fit this layout
             if progress:
-                progress(len(SEQ_CHOICES))
+                progress(len(SEQ_CHOICES) * len(options))
             continue
         per = parallel.devices if parallel.attention_dp else 1
-        for seqs in SEQ_CHOICES:
-            deployment = replace(trial, max_num_seqs=seqs * per,
-                                 max_num_batched_tokens=max(base.max_num_batched_tokens, seqs * per))
-            figures = predict(arch, hw, deployment, workload)
-            found.append(Candidate(parallel, seqs * per, figures))
-            if progress:
-                progress(1)
+        for split in options:
+            for seqs in SEQ_CHOICES:
+                deployment = replace(trial, max_num_seqs=seqs * per, disagg=split,
+                                     max_num_batched_tokens=max(base.max_num_batched_tokens, seqs * per))
+                figures = predict(arch, hw, deployment, workload)
+                found.append(Candidate(parallel, seqs * per, figures, split))
+                if progress:
+                    progress(1)
     return sorted(found, key=lambda c: -c.score)
 
 
-def num_candidates(arch, hw: Hardware, num_gpus: int) -> int:
-    return len(layouts(arch, hw, num_gpus)) * len(SEQ_CHOICES)
+def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False) -> int:
+    per_layout = (lambda p: len(pool_splits(num_gpus // p.devices))) if splits else (lambda p: 1)
+    return sum(per_layout(p) for p in layouts(arch, hw, num_gpus)) * len(SEQ_CHOICES)
