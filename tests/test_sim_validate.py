@@ -69,3 +69,15 @@ def test_published_rows_are_well_formed():
     for r in RESULTS:
         assert r.tokens_per_s_per_gpu > 0 and r.num_gpus >= 1 and r.source
         assert (r.isl is None) == (r.osl is None)
+
+
+def test_bench_presets_carry_the_published_mlperf_limits():
+    # The bench presets (and so the simulator's default limits per model) against the limits
+    # read from MLPerf's mlperf.conf in sim/published.py: one table must not drift from the other.
+    from tokenmill.bench.presets import PRESETS
+    from tokenmill.sim.published import MLPERF_LATENCY_LIMITS
+
+    for model, limits in MLPERF_LATENCY_LIMITS.items():
+        preset = PRESETS[model]
+        assert (preset.server.ttft_ms, preset.server.tpot_ms) == limits["server"], model
+        assert (preset.interactive.ttft_ms, preset.interactive.tpot_ms) == limits["interactive"], model

@@ -33,6 +33,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("deepseek-r1", LatencyLimits(2000, 80), LatencyLimits(1500, 15), 4388, "MLPerf v6.0"),
     Preset("gpt-oss-120b", LatencyLimits(3000, 80), LatencyLimits(2000, 15), 6396, "MLPerf v6.0"),
     Preset("llama2-70b", LatencyLimits(2000, 200), LatencyLimits(450, 40), 24576, "MLPerf v6.0"),
+    Preset("llama3.1-405b", LatencyLimits(6000, 175), LatencyLimits(4500, 80), 8313, "MLPerf v6.0"),
     # SmolLM2-135M on a 2-core CPU: one engine step over a full batch of decodes
     # takes tens of ms and a 128-token prefill ~0.1-0.3 s, so the GPU presets'
     # bounds would measure nothing but the CPU. These keep MLPerf's shape
