@@ -18,13 +18,13 @@ from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel
     ("TP8 EP8 attention-DP per 8-GPU instance", Parallel(tp=1, ep=8, attention_dp=True)),
 ])
 def test_parse_parallel(text, parallel):
-    assert parse_parallel(text, 8) == parallel
+    assert parse_parallel(text) == parallel
 
 
 @pytest.mark.parametrize("text, reason", [("TP2 PP2", "pipeline parallel"), (None, "no layout")])
 def test_parse_parallel_refuses(text, reason):
     with pytest.raises(ValueError, match=reason):
-        parse_parallel(text, 8)
+        parse_parallel(text)
 
 
 def _row(**kw) -> PublishedResult:

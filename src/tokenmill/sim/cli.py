@@ -25,7 +25,12 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
                              "(--num-requests per replica and batch size; --json)")
-    g = parser.add_argument_group("what to simulate")
+    _add_deployment_args(parser.add_argument_group("what to simulate"))
+    _add_workload_args(parser.add_argument_group("workload and scheduler"))
+    _add_calibrate_args(parser.add_argument_group("calibrate"))
+
+
+def _add_deployment_args(g) -> None:
     g.add_argument("--model", default=None,
                    help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder); "
                         "default llama3.1-8b. calibrate: the model the engine runs (a GGUF file, HF folder or "
@@ -58,7 +63,9 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
                         "--cached-tokens), and each switched on alone; a table of tokens/s per GPU and latencies")
-    w = parser.add_argument_group("workload and scheduler")
+
+
+def _add_workload_args(w) -> None:
     w.add_argument("--scenario", choices=SCENARIOS, default="offline")
     w.add_argument("--isl", type=int, default=1024, help="prompt tokens per request")
     w.add_argument("--osl", type=int, default=1024, help="output tokens per request")
@@ -76,7 +83,9 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
-    c = parser.add_argument_group("calibrate")
+
+
+def _add_calibrate_args(c) -> None:
     c.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
     c.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="the engine's dtype (auto: the engine's default on --device)")

@@ -98,5 +98,5 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
 
 
 def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False) -> int:
-    per_layout = (lambda p: len(pool_splits(num_gpus // p.devices))) if splits else (lambda p: 1)
-    return sum(per_layout(p) for p in layouts(arch, hw, num_gpus)) * len(SEQ_CHOICES)
+    options = sum(len(pool_splits(num_gpus // p.devices)) if splits else 1 for p in layouts(arch, hw, num_gpus))
+    return options * len(SEQ_CHOICES)

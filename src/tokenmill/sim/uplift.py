@@ -35,16 +35,18 @@ class Variant:
     error: str = ""
 
 
-def _without(d: Deployment, w: Workload, technique: str) -> tuple[Deployment, Workload]:
-    """``(d, w)`` with one technique switched off."""
+def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
+            full_w: Workload | None = None) -> tuple[Deployment, Workload]:
+    """``(d, w)`` with one technique as the full stack has it (``full``), or off (``full`` None)."""
     if technique == "expert parallel + attention DP":
-        return replace(d, parallel=Parallel(tp=d.parallel.devices)), w
+        return replace(d, parallel=full.parallel if full else Parallel(tp=d.parallel.devices)), w
     if technique == "MTP":
-        return replace(d, mtp_depth=0, mtp_tokens_per_step=1.0), w
+        return replace(d, mtp_depth=full.mtp_depth if full else 0,
+                       mtp_tokens_per_step=full.mtp_tokens_per_step if full else 1.0), w
     if technique == "disaggregation":
-        return replace(d, disagg=None), w
+        return replace(d, disagg=full.disagg if full else None), w
     if technique == "prefix caching":
-        return d, replace(w, cached_tokens=0)
+        return d, replace(w, cached_tokens=full_w.cached_tokens if full else 0)
     raise ValueError(f"uplift: unknown technique {technique!r}")
 
 
@@ -70,9 +72,9 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
                          "--mtp, --disagg, --cached-tokens); turn some on")
     base = (full, workload)
     for t in used:
-        base = _without(*base, t)
+        base = _switch(*base, t, None)
     variants = [("baseline", base)]
-    variants += [(f"+ {t}", _alone(base, full, workload, t)) for t in used]
+    variants += [(f"+ {t}", _switch(*base, t, full, workload)) for t in used]
     if len(used) > 1:
         variants.append(("full stack", (full, workload)))
     out = []
@@ -84,19 +86,6 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
         if progress:
             progress(1)
     return out
-
-
-def _alone(base: tuple[Deployment, Workload], full: Deployment, workload: Workload,
-           technique: str) -> tuple[Deployment, Workload]:
-    """The baseline with ``technique`` taken from the full deployment."""
-    d, w = base
-    if technique == "expert parallel + attention DP":
-        return replace(d, parallel=full.parallel), w
-    if technique == "MTP":
-        return replace(d, mtp_depth=full.mtp_depth, mtp_tokens_per_step=full.mtp_tokens_per_step), w
-    if technique == "disaggregation":
-        return replace(d, disagg=full.disagg), w
-    return d, replace(w, cached_tokens=workload.cached_tokens)
 
 
 def table(variants: list[Variant]) -> str:

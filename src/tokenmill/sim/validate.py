@@ -49,7 +49,7 @@ class Checked:
         return None if self.simulated is None else self.simulated / self.row.tokens_per_s_per_gpu - 1.0
 
 
-def parse_parallel(text: str | None, num_gpus: int) -> Parallel:
+def parse_parallel(text: str | None) -> Parallel:
     """A published layout ("TP8", "TP2 x4", "DEP4", "TP8 EP8 attention-DP", "TP1 x8") as
     one replica's Parallel; ValueError for what the simulator does not model (PP)."""
     if not text:
@@ -72,7 +72,7 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
     if row.isl is None or row.osl is None:
         return Checked(row, None, None, f"{row.dataset} dataset: input lengths not published")
     try:
-        parallel = parse_parallel(row.parallel, row.num_gpus)
+        parallel = parse_parallel(row.parallel)
     except ValueError as e:
         return Checked(row, None, None, str(e))
     if row.num_gpus % parallel.devices:
