@@ -15,7 +15,8 @@
 4. Measures this machine's memory copy rate (numpy, a 256 MiB copy) for the
    transfer bandwidth to be read against.
 5. Prints one table (offered QPS -> p99 TPOT, p99 TTFT, LoadGen's verdict for
-   each) and writes it with the raw figures to ``--output-dir``/summary.json.
+   each) and each system's peak VALID QPS (the highest swept QPS LoadGen judged
+   VALID), and writes them with the raw figures to ``--output-dir``/summary.json.
 """
 
 from __future__ import annotations
@@ -151,6 +152,11 @@ def format_table(results: dict[str, list[dict]]) -> str:
     return "\n".join(rows)
 
 
+def peak_valid_qps(points: list[dict]) -> float | None:
+    """The highest offered QPS LoadGen judged VALID in one system's sweep (None: no point was)."""
+    return max((p["qps"] for p in points if p["valid"]), default=None)
+
+
 def main(argv=None) -> int:
     opts = build_parser().parse_args(argv)
     out = Path(opts.output_dir)
@@ -167,10 +173,12 @@ def main(argv=None) -> int:
     copy_rate = memcpy_gb_s()
     summary = {"workload": shape, "tpot_limit_ms": opts.tpot_ms, "ttft_limit_ms": opts.ttft_ms,
                "max_num_batched_tokens": opts.max_num_batched_tokens, "prefix_caching": opts.prefix_caching,
-               "results": results,
+               "results": results, "peak_valid_qps": {system: peak_valid_qps(p) for system, p in results.items()},
                "kv_transfer": transfer, "memcpy_gb_s": round(copy_rate, 2)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(format_table(results))
+    for system, qps in summary["peak_valid_qps"].items():
+        print(f"peak VALID QPS, {system}: {'none of the sweep' if qps is None else f'{qps:g}'}")
     if transfer:
         bw = transfer.get("bandwidth_bytes_per_s", 0) / 1e9
         print(f"KV transfers: {transfer.get('transfers')} ({transfer.get('transfer_bytes', 0) / 1e6:.1f} MB, "
