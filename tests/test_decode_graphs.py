@@ -26,12 +26,12 @@ PROMPTS = [list(range(10, 13)), list(range(40, 57)), list(range(100, 200)), list
 MAX_TOKENS = [6, 30, 40, 12, 22, 3]
 
 
-def _engine(sizes: list[int] | None) -> LLMEngine:
+def _engine(sizes: list[int] | None, **config) -> LLMEngine:
     """The tiny model on CPU, torch attention and ops (the path graphs record);
     ``sizes``: decode graph batch sizes, run uncaptured; None: eager."""
     engine = LLMEngine(EngineConfig(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu",
                                     num_kv_blocks=64, max_model_len=256, max_num_batched_tokens=64,
-                                    attention_backend="torch", fused_ops="torch", linear_backend="torch"))
+                                    attention_backend="torch", fused_ops="torch", linear_backend="torch", **config))
     if sizes is not None:
         core, c = engine.core, engine.core.config
         core.runner = ModelRunner(core.model, c.num_kv_blocks, c.block_size, core.device, core.dtype,
@@ -60,6 +60,25 @@ def test_padded_decode_forward_matches_eager(eager_results, sizes):
     for got, want in zip(results, eager_results):
         assert got.token_ids == want.token_ids
         for a, b in zip(got.logprobs, want.logprobs):
+            assert a.token_id == b.token_id and abs(a.logprob - b.logprob) < 1e-4
+    assert engine.stats().kv_blocks_used == 0
+
+
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "adaptive": False}
+
+
+@pytest.mark.parametrize("sizes", [[1, 2, 4, 8, 16, 24], [4, 12]])
+def test_draft_verification_replays_and_matches_eager(sizes):
+    """A request's last token and its drafts run as rows of the padded forward;
+    tokens and logprobs equal the eager engine's (both verifying the same drafts)."""
+    want = _run(_engine(None, speculative_config=NGRAM))
+    engine = _engine(sizes, speculative_config=NGRAM)
+    results = _run(engine)
+    assert engine.stats().spec_draft_tokens > 0
+    assert engine.core.runner.graph_verifications > 0  # verification steps took the graph path
+    for got, expected in zip(results, want):
+        assert got.token_ids == expected.token_ids
+        for a, b in zip(got.logprobs, expected.logprobs):
             assert a.token_id == b.token_id and abs(a.logprob - b.logprob) < 1e-4
     assert engine.stats().kv_blocks_used == 0
 

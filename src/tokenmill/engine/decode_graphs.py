@@ -1,4 +1,4 @@
-"""CUDA graphs for decode-only steps: the model's forward captured once per
+"""CUDA graphs for decode steps: the model's forward captured once per
 (batch size, context span) bucket and replayed.
 
 Eager PyTorch launches every op of a step from Python, so a small model's
@@ -23,8 +23,11 @@ reuse the larger ones' memory; a replay may overwrite any other graph's
 output, so each output is read before the next replay (the runner takes its
 rows out at once).
 
-Steps with a prefill chunk, several tokens per request (speculative
-verification) or more decodes than the largest size run eagerly. With
+Speculative verification replays the same graphs: a request's last token and
+its k drafts are k + 1 rows at consecutive positions over one block table
+(engine/runner.py lays them out), so a step of b requests verifying k drafts
+each runs in the bucket for b * (k + 1) rows. Steps with a prompt chunk, or
+more rows than the largest size, run eagerly. With
 ``capture=False`` the same padded static-buffer forward runs without graphs:
 what CPU tests check for exactness (padding, buckets); the CUDA tests add the
 capture itself.
@@ -131,8 +134,9 @@ class DecodeGraphs:
                  self.capture_seconds, self.capture_mib)
 
     def run(self, token_ids: list[int], positions: list[int], tables: list[list[int]]) -> torch.Tensor | None:
-        """One decode row per sequence: token_ids[i] at positions[i] of the
-        sequence whose blocks are tables[i]. Returns the final hidden rows
+        """One query row each: token_ids[i] at positions[i] of the sequence
+        whose blocks are tables[i] (a sequence may have several rows, at
+        consecutive positions, in order). Returns the final hidden rows
         [len(token_ids), hidden] (a view of the graph's output: read it before
         the next run), or None when no bucket holds the step."""
         batch = len(token_ids)
