@@ -110,9 +110,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "of on a second engine (a model too large to load twice; the same kernels either way)")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--device", default="auto", help="cpu | cuda | auto (both engines)")
-    ap.add_argument("--eager-verification", action="store_true",
-                    help="CUDA: run draft verification steps eagerly (decode-only steps still replay graphs), "
-                         "as before verification steps were graphed; for an A/B of that")
+    ap.add_argument("--cuda-graph-mode", choices=("full", "decode"), default="full",
+                    help="CUDA, both engines: decode runs draft verifications eagerly (full: they replay graphs)")
     ap.add_argument("--linear-backend", default="auto",
                     help="both engines' linears (pin it for large models: auto picks by free memory, which the "
                          "first engine loaded has more of)")
@@ -131,9 +130,8 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"--workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}")
     common = dict(model=args.model, dtype=args.dtype, quantization=args.quantization,
-                  linear_backend=args.linear_backend, device=args.device)
+                  linear_backend=args.linear_backend, device=args.device, cuda_graph_mode=args.cuda_graph_mode)
     spec = LLMEngine(EngineConfig(**common, speculative_config=args.speculative_config))
-    spec.core.runner.graph_verification = not args.eager_verification
     plain = spec if args.one_engine else LLMEngine(EngineConfig(**common))
     tok = plain.tokenizer
 
@@ -145,7 +143,7 @@ def main(argv=None) -> None:
               "speculative_config": json.loads(args.speculative_config), "dtype": str(plain.core.dtype),
               "max_tokens": args.max_tokens, "device": str(plain.core.device),
               "decode_graphs": plain.core.runner.decode_graphs is not None,
-              "eager_verification": args.eager_verification}
+              "cuda_graph_mode": args.cuda_graph_mode}
     run(plain, [chat(OPEN[0])], 8, drafts=False)  # warm both engines up
     run(spec, [chat(OPEN[0])], 8)
     int4 = LLMEngine(EngineConfig(**common | {"quantization": "int4"})) if args.int4_reference else None

@@ -36,6 +36,7 @@ def _engine(sizes: list[int] | None, **config) -> LLMEngine:
         core, c = engine.core, engine.core.config
         core.runner = ModelRunner(core.model, c.num_kv_blocks, c.block_size, core.device, core.dtype,
                                   scratch_block=True)
+        core.runner.graph_multi_token_runs = c.cuda_graph_mode == "full"  # as the engine core sets it on CUDA
         core.runner.capture_decode_graphs(sizes, c.max_model_len, capture=False)
     return engine
 
@@ -51,12 +52,16 @@ def eager_results():
     return _run(_engine(None))
 
 
-@pytest.mark.parametrize("sizes", [[1, 2, 4, 8], [1, 3], [16]])
-def test_padded_decode_forward_matches_eager(eager_results, sizes):
+@pytest.mark.parametrize("sizes", [[1, 2, 4, 8], [1, 3], [16], [8, 32, 64]])
+def test_padded_forward_matches_eager(eager_results, sizes):
+    """Decode steps and, with sizes of up to 64 rows, steps with prompt chunks
+    (up to 64 tokens per step here) replay."""
     engine = _engine(sizes)
     results = _run(engine)
     graphs = engine.core.runner.decode_graphs
     assert graphs.replays > 0  # decode steps took the graph path
+    prompt_steps = engine.core.runner.graph_multi_token_steps
+    assert prompt_steps > 0 if max(sizes) == 64 else prompt_steps == 0  # every step fits 64 rows; few fit 16
     for got, want in zip(results, eager_results):
         assert got.token_ids == want.token_ids
         for a, b in zip(got.logprobs, want.logprobs):
@@ -75,7 +80,7 @@ def test_draft_verification_replays_and_matches_eager(sizes):
     engine = _engine(sizes, speculative_config=NGRAM)
     results = _run(engine)
     assert engine.stats().spec_draft_tokens > 0
-    assert engine.core.runner.graph_verifications > 0  # verification steps took the graph path
+    assert engine.core.runner.graph_multi_token_steps > 0  # verification steps took the graph path
     for got, expected in zip(results, want):
         assert got.token_ids == expected.token_ids
         for a, b in zip(got.logprobs, expected.logprobs):
@@ -83,7 +88,35 @@ def test_draft_verification_replays_and_matches_eager(sizes):
     assert engine.stats().kv_blocks_used == 0
 
 
-def test_only_decode_steps_that_fit_a_bucket_replay():
+def test_prompt_logprobs_and_prefix_hits_through_the_graphs():
+    """Prompt rows' logits come from the replayed rows; a prompt whose head is
+    cached computes only its tail (rows over blocks it did not write)."""
+    with_prompt = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, prompt_logprobs=1)
+    plain = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True, logprobs=1)
+    requests = [(list(range(40, 80)), with_prompt), (list(range(40, 80)), plain),
+                (list(range(40, 72)) + [9, 8, 7, 6, 5], plain)]  # the last two hit the first's blocks
+    eager = _engine(None)
+    want = [eager.generate([p], params)[0] for p, params in requests]
+    engine = _engine([8, 32, 64])
+    got = [engine.generate([p], params)[0] for p, params in requests]
+    assert engine.core.runner.graph_multi_token_steps == 3 and engine.stats().prefix_cache_hits > 0
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids
+        pairs = zip(g.prompt_logprobs[1:], w.prompt_logprobs[1:]) if w.prompt_logprobs else zip(g.logprobs, w.logprobs)
+        for a, b in pairs:
+            assert a.token_id == b.token_id and abs(a.logprob - b.logprob) < 1e-4
+
+
+def test_decode_mode_runs_prompt_chunks_and_verifications_eagerly():
+    engine = _engine([8, 32, 64], cuda_graph_mode="decode", speculative_config=NGRAM)
+    _run(engine)
+    assert engine.core.runner.decode_graphs.replays > 0 and engine.stats().spec_draft_tokens > 0
+    assert engine.core.runner.graph_multi_token_steps == 0
+    with pytest.raises(ValueError, match="cuda_graph_mode"):
+        EngineConfig(cuda_graph_mode="piecewise")
+
+
+def test_only_steps_that_fit_a_bucket_replay():
     engine = _engine([2])
     graphs = engine.core.runner.decode_graphs
     params = SamplingParams(max_tokens=5, temperature=0.0, ignore_eos=True)
@@ -134,9 +167,11 @@ def test_which_engines_capture():
 def test_flags():
     parser = argparse.ArgumentParser()
     add_engine_args(parser)
-    config = engine_config_from_args(parser.parse_args(["--enforce-eager", "--cuda-graph-sizes", "1", "2", "8"]))
-    assert config.enforce_eager and config.cuda_graph_sizes == (1, 2, 8)
-    assert not engine_config_from_args(parser.parse_args([])).enforce_eager
+    config = engine_config_from_args(parser.parse_args(["--enforce-eager", "--cuda-graph-sizes", "1", "2", "8",
+                                                        "--cuda-graph-mode", "decode"]))
+    assert config.enforce_eager and config.cuda_graph_sizes == (1, 2, 8) and config.cuda_graph_mode == "decode"
+    default = engine_config_from_args(parser.parse_args([]))
+    assert not default.enforce_eager and default.cuda_graph_mode == "full"
     for bad in ((0,), (), (2, -1)):
         with pytest.raises(ValueError, match="cuda_graph_sizes"):
             EngineConfig(cuda_graph_sizes=bad)

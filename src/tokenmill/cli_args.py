@@ -64,12 +64,16 @@ def _add_kernel_args(g) -> None:
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "
                         "float32/bfloat16, C++ kernels, no --quantization; cost: docs/PERFORMANCE.md)")
     g.add_argument("--enforce-eager", action="store_true",
-                   help="run every step eagerly; otherwise, on CUDA, decode-only steps replay CUDA graphs captured "
-                        "at start-up per batch size and context span (Llama-family models without MoE; CPU steps "
-                        "are always eager)")
+                   help="run every step eagerly; otherwise, on CUDA, steps replay CUDA graphs captured at start-up "
+                        "per step size and context span (Llama-family models without MoE; CPU steps are always "
+                        "eager)")
     g.add_argument("--cuda-graph-sizes", type=int, nargs="+", default=None, metavar="N",
-                   help="decode batch sizes captured as CUDA graphs (a step pads to the next; larger ones run "
-                        "eagerly); default 1 2 4 8, then every multiple of 16 up to --max-num-seqs, and it")
+                   help="step sizes in rows (tokens computed) captured as CUDA graphs (a step pads to the next; "
+                        "larger ones run eagerly); default 1 2 4 8, then every multiple of 16 up to --max-num-seqs, "
+                        "and it")
+    g.add_argument("--cuda-graph-mode", choices=("full", "decode"), default="full",
+                   help="full: every step of up to the largest size's rows replays a graph (decodes, draft "
+                        "verifications, short prompt chunks); decode: only steps of one token per request")
     g.add_argument("--speculative-config", default=None, metavar="JSON",
                    help='speculative decoding, vLLM\'s JSON: \'{"method": "ngram", "num_speculative_tokens": 4, '
                         '"prompt_lookup_max": 4}\' (drafts from the request\'s own tokens), \'{"method": '
@@ -207,6 +211,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         linear_backend=args.linear_backend,
         deterministic=args.deterministic, enforce_eager=args.enforce_eager,
         cuda_graph_sizes=tuple(args.cuda_graph_sizes) if args.cuda_graph_sizes else None,
+        cuda_graph_mode=args.cuda_graph_mode,
         max_model_len=args.max_model_len, block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
         enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,

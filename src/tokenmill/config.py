@@ -75,15 +75,20 @@ class EngineConfig:
     (kernels/invariant_linear.py) and samples row by row. Not with
     ``quantization``. Costs: docs/PERFORMANCE.md."""
     enforce_eager: bool = False
-    """Run every step eagerly. Otherwise, on CUDA, decode-only steps replay CUDA
-    graphs captured at start-up, one per (batch size, context span) bucket
-    (engine/decode_graphs.py), for models whose forward never waits on the
-    host (Llama family without MoE). CPU steps are always eager: torch.compile
+    """Run every step eagerly. Otherwise, on CUDA, steps replay CUDA graphs
+    captured at start-up, one per (rows, context span) bucket
+    (engine/decode_graphs.py; which steps: ``cuda_graph_mode``), for models
+    whose forward never waits on the host (Llama family without MoE). CPU steps are always eager: torch.compile
     measured slower there than the C++ kernels (docs/PERFORMANCE.md)."""
     cuda_graph_sizes: tuple[int, ...] | None = None
-    """Decode batch sizes captured as CUDA graphs (a step pads to the next
-    one; larger steps run eagerly); None: 1, 2, 4, 8, then every multiple of
-    16 up to max_num_seqs, and max_num_seqs."""
+    """Step sizes in rows (tokens computed) captured as CUDA graphs (a step pads
+    to the next one; larger steps run eagerly); None: 1, 2, 4, 8, then every
+    multiple of 16 up to max_num_seqs, and max_num_seqs."""
+    cuda_graph_mode: str = "full"
+    """Which steps replay CUDA graphs: ``full``, every step of up to the largest
+    size's rows (decodes, draft verifications, short prompt chunks: a run of n
+    tokens is n rows at consecutive positions); ``decode``, only steps of one
+    token per request (prompt chunks and verifications eager)."""
     max_model_len: int | None = None
     """Longest prompt + output in tokens; None: the model's context length capped
     by the KV cache capacity."""
@@ -134,6 +139,8 @@ class EngineConfig:
         if self.cuda_graph_sizes is not None and (
                 not self.cuda_graph_sizes or any(not isinstance(n, int) or n < 1 for n in self.cuda_graph_sizes)):
             raise ValueError(f"cuda_graph_sizes: positive batch sizes expected, got {self.cuda_graph_sizes!r}")
+        if self.cuda_graph_mode not in ("full", "decode"):
+            raise ValueError(f"cuda_graph_mode: 'full' or 'decode', got {self.cuda_graph_mode!r}")
         if self.kv_cache_memory_gib is not None and self.kv_cache_memory_gib <= 0:
             raise ValueError(f"kv_cache_memory_gib: must be > 0, got {self.kv_cache_memory_gib}")
         parse_speculative_config(self.speculative_config)  # ValueError naming the field

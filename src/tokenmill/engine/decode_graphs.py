@@ -1,5 +1,5 @@
-"""CUDA graphs for decode steps: the model's forward captured once per
-(batch size, context span) bucket and replayed.
+"""CUDA graphs for engine steps: the model's forward captured once per
+(rows, context span) bucket and replayed.
 
 Eager PyTorch launches every op of a step from Python, so a small model's
 decode step on a GPU is launch-bound (benchmarks/step_profile.py on an H200:
@@ -23,11 +23,14 @@ reuse the larger ones' memory; a replay may overwrite any other graph's
 output, so each output is read before the next replay (the runner takes its
 rows out at once).
 
-Speculative verification replays the same graphs: a request's last token and
-its k drafts are k + 1 rows at consecutive positions over one block table
-(engine/runner.py lays them out), so a step of b requests verifying k drafts
-each runs in the bucket for b * (k + 1) rows. Steps with a prompt chunk, or
-more rows than the largest size, run eagerly. With
+The graphs serve more than decodes: a step's rows are any tokens, each at its
+own position over its sequence's block table, so a multi-token run (a draft
+verification: a request's last token and its k drafts; a short prompt chunk)
+is that many rows at consecutive positions (engine/runner.py lays them out;
+``cuda_graph_mode`` ``decode`` keeps them eager). Each row gathers its whole
+context span, which for a prompt chunk repeats the gather per row: traffic
+that a GPU moves in far less time than the eager step's launches take. Steps
+of more rows than the largest size run eagerly. With
 ``capture=False`` the same padded static-buffer forward runs without graphs:
 what CPU tests check for exactness (padding, buckets); the CUDA tests add the
 capture itself.

@@ -38,7 +38,6 @@ class _StepLayout:
     sample_rows: list[int] = field(default_factory=list)  # the rows sampled
     sampling: list[ScheduledRequest] = field(default_factory=list)  # the requests that sample, in row order
     first_rows: dict[str, int] = field(default_factory=dict)  # request id -> its first row
-    prompt_chunks: bool = False  # some multi-token run is a prompt chunk (not a token and its drafts)
 
     def row_tables(self) -> list[list[int]]:
         """[T]: each row's block table (a multi-token run's rows share its sequence's)."""
@@ -113,13 +112,13 @@ class ModelRunner:
         self.keep_step_hidden = False
         """Return every row's hidden state with each step (ForwardResult.step_hidden)."""
         self.decode_graphs: DecodeGraphs | None = None
-        """Steps of decodes and draft verifications replay captured graphs when set
-        (engine/decode_graphs.py)."""
-        self.graph_verification = True
-        """Steps with draft verifications may replay graphs (False: they run
-        eagerly; benchmarks/spec_decode.py --eager-verification compares)."""
-        self.graph_verifications = 0
-        """Steps with draft verifications that replayed a graph (for tests and benchmarks)."""
+        """Steps replay captured graphs when set (engine/decode_graphs.py)."""
+        self.graph_multi_token_runs = True
+        """Steps with multi-token runs (prompt chunks, draft verifications) may
+        replay graphs too (``cuda_graph_mode`` full); False: only steps of one
+        token per request (``decode``)."""
+        self.graph_multi_token_steps = 0
+        """Steps with multi-token runs that replayed a graph (for tests and the log)."""
 
     def capture_decode_graphs(self, batch_sizes: list[int], max_model_len: int, capture: bool = True) -> None:
         """Run decode-only steps of up to max(batch_sizes) sequences through
@@ -150,19 +149,19 @@ class ModelRunner:
         return ForwardResult(self.model.compute_logits(hidden), hidden, layout.sampling, *kept, prompt)
 
     def _replay(self, layout: _StepLayout) -> torch.Tensor | None:
-        """A step of decodes and draft verifications through the captured
-        graphs: its final hidden rows [T, hidden] (a copy when kept past the
-        step: the next replay may overwrite the graph's output), or None to run
-        it eagerly. A verification's rows (its last token, then its drafts) run
-        as decode rows at consecutive positions over the same block table: each
-        layer writes every row's K/V before attending, so a draft's row sees the
-        rows before it, as in the eager forward."""
-        if self.decode_graphs is None or layout.prompt_chunks or not layout.tokens:
+        """A step through the captured graphs: its final hidden rows [T, hidden]
+        (a copy when kept past the step: the next replay may overwrite the
+        graph's output), or None to run it eagerly. A multi-token run (a prompt
+        chunk, or a last token and its drafts) runs as rows at consecutive
+        positions over its sequence's block table: each layer writes every
+        row's K/V before attending, so a row sees the rows before it, as in the
+        eager forward."""
+        if self.decode_graphs is None or not layout.tokens:
             return None
-        if layout.prefills and not self.graph_verification:
+        if layout.prefills and not self.graph_multi_token_runs:
             return None
         hidden = self.decode_graphs.run(layout.tokens, layout.positions, layout.row_tables())
-        self.graph_verifications += hidden is not None and bool(layout.prefills)
+        self.graph_multi_token_steps += hidden is not None and bool(layout.prefills)
         return hidden.clone() if hidden is not None and self.keep_step_hidden else hidden
 
     def _prompt_logits(self, step_hidden: torch.Tensor, out: SchedulerOutput,
@@ -195,7 +194,6 @@ class ModelRunner:
             layout.tokens.append(s.request.token_ids[s.start])
             layout.positions.append(s.start)
         for s in prefills:
-            layout.prompt_chunks |= not s.num_draft_tokens
             layout.tokens.extend(_step_tokens(s))
             layout.positions.extend(range(s.start, s.start + s.num_new_tokens))
         row = 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 if TYPE_CHECKING:
     from tokenmill.engine.request import Request
@@ -20,16 +19,29 @@ if TYPE_CHECKING:
 
 def lookup(tokens: np.ndarray, k: int, min_n: int, max_n: int) -> list[int]:
     """tokens [L] int64 -> up to k tokens that followed the latest earlier occurrence
-    of the longest suffix (of min_n..max_n tokens) found again; [] if none is."""
+    of the longest suffix (of min_n..max_n tokens) found again; [] if none is.
+
+    One vectorized scan finds the earlier places of the last token (each
+    occurrence of a longer suffix ends at one of them); each is then extended
+    backwards, latest first, until one matches max_n tokens. Per request per
+    step this is a few microseconds of host time beside the forward."""
     length = len(tokens)
-    for n in range(min(max_n, length - 1), min_n - 1, -1):
-        # Windows that start before the suffix itself: starts 0 .. length - n - 1.
-        windows = sliding_window_view(tokens[:length - 1], n)
-        hits = np.flatnonzero((windows == tokens[length - n:]).all(axis=1))
-        if hits.size:
-            start = int(hits[-1]) + n
-            return tokens[start:start + k].tolist()
-    return []
+    if length < 2:
+        return []
+    best_end, best_n = -1, 0
+    for end in np.flatnonzero(tokens[:length - 1] == tokens[length - 1])[::-1].tolist():
+        # Match length going backwards from ``end`` against the suffix, capped by
+        # max_n and by the start of the sequence.
+        limit, n = min(max_n, end + 1), 1
+        while n < limit and tokens[end - n] == tokens[length - 1 - n]:
+            n += 1
+        if n > best_n:  # later ends win ties: they were seen first
+            best_end, best_n = end, n
+            if n == max_n:
+                break
+    if best_n < min_n:
+        return []
+    return tokens[best_end + 1:best_end + 1 + k].tolist()
 
 
 class NgramProposer:
