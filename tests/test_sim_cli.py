@@ -132,6 +132,19 @@ def test_calibration_fit_separates_the_eager_steps_of_a_graph_engine():
     _, error_one, _ = fit_efficiency(arch, hw, "bf16", points)
     assert error_one > 0.3
 
+    # --cuda-graph-mode full: steps of up to 128 rows replay, so the 64-token prefill is a graph step
+    # and only the 256-token one pays the eager cost.
+    truth = replace(truth, graph_max_rows=128)
+    points = [(key, step_time(step_cost(arch, s, Parallel(), "bf16", 2.0), replace(hw, efficiency=truth),
+                              "bf16").total_s) for key, s in shapes.items()]
+    short, long = (step_cost(arch, shapes[(0, n)], Parallel(), "bf16", 2.0) for n in (64, 256))
+    assert truth.replays(short) and not truth.replays(long) and not Efficiency().replays(short)
+    fitted, error, _ = fit_efficiency(arch, hw, "bf16", points, eager_steps=True, graph_max_rows=128)
+    assert error < 0.01 and fitted.graph_max_rows == 128
+    assert fitted.eager_step_overhead_s == pytest.approx(25e-3, rel=0.02)
+    _, error_decode_rule, _ = fit_efficiency(arch, hw, "bf16", points, eager_steps=True)  # wrong rule: worse fit
+    assert error_decode_rule > 0.3
+
 
 def test_server_at_a_target_qps(capsys):
     assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "server", "--target-qps", "2",

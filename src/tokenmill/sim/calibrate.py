@@ -131,12 +131,13 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> l
 
 
 def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tuple[int, int], float]],
-                   eager_steps: bool = False) -> tuple[Efficiency, float, bool]:
+                   eager_steps: bool = False, graph_max_rows: int | None = None) -> tuple[Efficiency, float, bool]:
     """The efficiency under which the cost model's step times best match
     ``points``: the overlap rule (Hardware.overlap) and memory and GEMM
     fractions on a grid, and for each the host overheads (per step, per
-    sequence; with ``eager_steps``, a per-step cost of its own for steps with
-    a prefill, which the engine runs eagerly beside graph-replayed decodes) by
+    sequence; with ``eager_steps``, a per-step cost of its own for the steps
+    the engine runs eagerly beside graph-replayed ones: those with a prefill,
+    or with ``graph_max_rows``, those of more rows) by
     non-negative least squares on the relative errors; the one with the
     smallest largest relative error wins. Returns (efficiency, that error,
     overlap)."""
@@ -150,7 +151,8 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
               StepShape(prefills=(PrefillChunk(tokens, 0),)) for (batch, tokens), _ in points]
     costs = [step_cost(arch, s, Parallel(), precision, kv_bytes) for s in shapes]
     measured = np.array([m for _, m in points])
-    graph = np.array([c.decode_only for c in costs], dtype=float)
+    rule = Efficiency(graph_max_rows=graph_max_rows)
+    graph = np.array([rule.replays(c) for c in costs], dtype=float)
     # Columns: what one second of each overhead adds to each step.
     overheads = [graph, 1 - graph] if eager_steps else [np.ones(len(costs))]
     columns = np.stack(overheads + [np.array([c.sequences for c in costs], dtype=float)], axis=1)
@@ -166,6 +168,7 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
             per_step, eager, per_seq = (x[0], x[1], x[2]) if eager_steps else (x[0], None, x[1])
             best = (error, Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0, step_overhead_s=float(per_step),
                                       eager_step_overhead_s=None if eager is None else float(eager),
+                                      graph_max_rows=graph_max_rows if eager_steps else None,
                                       seq_overhead_s=float(per_seq), collective_latency_s=0.0), overlap)
     return best[1], best[0], best[2]
 
@@ -244,8 +247,11 @@ def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
                     sources=(f"tokenmill sim calibrate, {time.strftime('%Y-%m-%d')}: {source}",))
     batches = DECODE_BATCHES + ((128,) if dev.type == "cuda" else ())
     points = measure_served_steps(served, batches)
-    graphs = engine.core.runner.decode_graphs is not None
-    efficiency, error, overlap = fit_efficiency(engine.core.arch, base, precision, points, eager_steps=graphs)
+    runner = engine.core.runner
+    graphs = runner.decode_graphs is not None
+    max_rows = runner.decode_graphs.batch_sizes[-1] if graphs and runner.graph_multi_token_runs else None
+    efficiency, error, overlap = fit_efficiency(engine.core.arch, base, precision, points, eager_steps=graphs,
+                                                graph_max_rows=max_rows)
     profile = replace(base, efficiency=efficiency, overlap=overlap)
     PROFILE_PATH.parent.mkdir(parents=True, exist_ok=True)
     PROFILE_PATH.write_text(json.dumps(profile.to_dict(), indent=2))

@@ -108,7 +108,10 @@ class StepCost:
     sequences: int = 0
     """Sequences in the step (decodes and prefill chunks): the host's per-sequence work."""
     decode_only: bool = True
-    """One token per sequence, no prefill chunk: the steps an engine replays as CUDA graphs."""
+    """One token per sequence, no prefill chunk."""
+    rows: int = 0
+    """Rows of the forward (tokens computed): with ``decode_only``, what decides
+    whether our engine replays the step as a CUDA graph (``Efficiency.graph_max_rows``)."""
 
     @property
     def memory_bytes(self) -> float:
@@ -299,7 +302,7 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
                     activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
                     num_collectives=calls, devices=p.devices,
                     sequences=shape.num_decodes + len(shape.prefills),
-                    decode_only=not shape.prefills and shape.tokens_per_decode == 1)
+                    decode_only=not shape.prefills and shape.tokens_per_decode == 1, rows=shape.num_tokens)
 
 
 def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
@@ -310,7 +313,7 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     communication does not (TP all-reduces and EP all-to-alls sit between layers on
     the critical path; overlap tricks such as two-batch overlap are not modelled), and
     neither does the host's overhead (per step, plus per sequence in the step;
-    a step run eagerly beside graph-replayed decode steps pays its own).
+    a step run eagerly beside graph-replayed steps pays its own).
     GEMMs run at ``precision``; attention at bf16. A replica larger than the
     NVLink domain communicates at scale-out bandwidth."""
     if precision not in hardware.flops:
@@ -323,7 +326,7 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
     link = hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw
     comm = cost.comm_bytes / (link * eff.comm) + cost.num_collectives * eff.collective_latency_s
-    eager = eff.eager_step_overhead_s is not None and not cost.decode_only
+    eager = eff.eager_step_overhead_s is not None and not eff.replays(cost)
     overhead = (eff.eager_step_overhead_s if eager else eff.step_overhead_s) + eff.seq_overhead_s * cost.sequences
     forward = max(compute, memory) if hardware.overlap else compute + memory
     return StepTime(compute_s=compute, memory_s=memory, comm_s=comm, overhead_s=overhead,

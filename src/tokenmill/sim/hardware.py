@@ -49,11 +49,17 @@ class Efficiency:
     sampling, input preparation, kernel-launch gaps under CUDA graphs."""
     eager_step_overhead_s: float | None = None
     """Per-step host cost of the steps an engine runs eagerly while it replays
-    its decode-only steps as CUDA graphs (ours: steps with a prefill chunk or
-    draft verification), in place of ``step_overhead_s``: eager PyTorch
-    launches every kernel from Python, so a small model's such step costs tens
-    of milliseconds whatever its size. None: every step costs
-    ``step_overhead_s`` (engines that capture every step; CPUs)."""
+    the others as CUDA graphs (ours: steps of more rows than ``graph_max_rows``,
+    or, without it, every step with a prefill chunk or draft verification), in
+    place of ``step_overhead_s``: eager PyTorch launches every kernel from
+    Python, so a small model's such step costs tens of milliseconds whatever
+    its size. None: every step costs ``step_overhead_s`` (engines that capture
+    every step; CPUs)."""
+    graph_max_rows: int | None = None
+    """With ``eager_step_overhead_s``: the most rows a replayed step holds
+    (our engine's largest CUDA graph size under ``--cuda-graph-mode full``,
+    where prompt chunks and verifications replay too); None: only decode-only
+    steps replay (``--cuda-graph-mode decode``)."""
     seq_overhead_s: float = 0.0
     """Host cost per sequence in a step (its scheduling, sampling and output
     processing), on top of ``step_overhead_s``. Near 0 for the C++ engines of
@@ -64,6 +70,12 @@ class Efficiency:
     """Latency floor of one collective call (all-reduce / all-to-all) on NVLink:
     small-message NCCL or custom all-reduce takes a few microseconds regardless
     of size, which dominates TP decode at small batch."""
+
+    def replays(self, cost) -> bool:
+        """Whether the engine replays a step of ``cost`` (a StepCost) as a CUDA graph."""
+        if self.graph_max_rows is not None:
+            return cost.rows <= self.graph_max_rows
+        return cost.decode_only
 
     def __post_init__(self) -> None:
         for name in ("gemm", "memory", "attention", "comm"):
