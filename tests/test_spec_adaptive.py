@@ -156,3 +156,21 @@ def test_adaptive_engine_keeps_outputs_and_measures_its_steps(method):
     policy = spec.core.drafting.policy
     assert policy is not None and policy.step_times.buckets
     assert spec.stats().kv_blocks_used == 0
+
+
+@pytest.mark.parametrize("cost_passes", [False, True])
+def test_prompt_lookup_time_counts_in_the_step_and_draft_passes_do_not(cost_passes):
+    """A proposer without draft passes (ngram) spends host time before the step,
+    which the policy adds to the step's time; a model drafter's passes are
+    timed apart (record_pass), so they are not added again."""
+    from types import SimpleNamespace
+
+    from tokenmill.spec.config import parse_speculative_config
+    from tokenmill.spec.drafting import Drafting
+
+    drafting = Drafting(parse_speculative_config({"method": "ngram", "num_speculative_tokens": 2}),
+                        SimpleNamespace(drafts_cost_passes=cost_passes))
+    drafting.propose_seconds = 0.003
+    step = SimpleNamespace(num_tokens=8, scheduled=[SimpleNamespace(num_sample_rows=1, num_new_tokens=1)] * 8)
+    drafting.record_step(step, 0.002)
+    assert drafting.policy.step_times.predict(8) == pytest.approx(0.002 if cost_passes else 0.005)

@@ -16,7 +16,8 @@ drafts compete with them for the step's token budget rather than ride free.
 
 - T, decode step time by rows (``StepTimes``): recorded from steps in which
   every row is sampled (decodes and their drafts; a prefill row skips the LM
-  head and the sampler, so it costs less), interpolated between the rows seen;
+  head and the sampler, so it costs less), with the host time of a proposer
+  that has no draft passes (prompt lookup) added, interpolated between the rows seen;
   below the smallest it stays flat; beyond the largest it stays flat up to
   ``KNEE_ROWS`` and then grows in proportion to the rows (the pessimistic
   guess, so large batches do not draft on a hope; small ones may try, and the

@@ -42,11 +42,20 @@ class Drafting:
         self.num_accepted_tokens = 0
         self.num_verifications = 0
         """(request, step) pairs that verified at least one draft."""
+        self.propose_seconds = 0.0
+        """Host time of the last ``propose`` (the policy counts it in the step's time)."""
         self.accepted_per_position: Counter[int] = Counter()
         """Draft position (0 = the first draft) -> times it was accepted."""
 
     def propose(self, running: list[Request]) -> None:
         """Set ``draft_token_ids`` of every running request that is about to decode."""
+        start = time.perf_counter()
+        try:
+            self._propose(running)
+        finally:
+            self.propose_seconds = time.perf_counter() - start
+
+    def _propose(self, running: list[Request]) -> None:
         ready = [r for r in running if r.num_computed_tokens == r.num_tokens - 1]
         limit = self.config.disable_by_batch_size
         if not ready or (limit is not None and len(running) > limit):
@@ -85,7 +94,11 @@ class Drafting:
         """A step and its seconds, for the policy: decode steps only (every row
         sampled: decodes and their drafts), whose time per row drafts add to."""
         if self.policy is not None and all(s.num_sample_rows == s.num_new_tokens for s in out.scheduled):
-            self.policy.record_step(out.num_tokens, seconds)
+            # A proposer without draft passes (prompt lookup) costs host time of its
+            # own, which the step pays: on a GPU it was as much as the forward
+            # (docs/PERFORMANCE.md). Model drafters' passes are timed apart (record_pass).
+            extra = 0.0 if self.proposer.drafts_cost_passes else self.propose_seconds
+            self.policy.record_step(out.num_tokens, seconds + extra)
 
     @staticmethod
     def log_finished(req: Request) -> None:
