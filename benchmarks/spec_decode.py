@@ -14,6 +14,8 @@ mean tokens a verification step appends.
     python -m benchmarks.spec_decode --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'
     python -m benchmarks.spec_decode --int4-reference \
         --speculative-config '{"method": "self-int4", "num_speculative_tokens": 4}'
+    python -m benchmarks.spec_decode --device cuda --one-engine --dtype bfloat16 \
+        --speculative-config '{"method": "ngram", "num_speculative_tokens": 4}'   # add --cuda-graph-mode decode
     python -m benchmarks.fetch_draft_pair   # Qwen2.5-Coder-1.5B-Instruct and its 0.5B draft, 1.6 GB
     python -m benchmarks.spec_decode --workloads code --one-engine \
         --model ~/.cache/tokenmill/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf --speculative-config \

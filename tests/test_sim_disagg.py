@@ -116,3 +116,27 @@ def test_search_with_splits_tries_disaggregated_candidates():
     assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
     with pytest.raises(ValueError, match="--disagg auto: only with --search"):
         cmd_sim(_args("--model", "llama3.1-8b", "--disagg", "auto"))
+
+
+def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypatch):
+    """Candidates whose Offline figure (x BOUND_MARGIN) is below the best Server
+    figure are skipped; the best is the one an unpruned search finds, and every
+    Server figure found is within its own Offline bound."""
+    import tokenmill.sim.search as search_module
+    from tokenmill.sim.search import num_candidates, search
+
+    monkeypatch.setattr(search_module, "SEQ_CHOICES", (32, 256))  # 8 candidates: a short test
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    base = Deployment(8, Parallel(), "fp8")  # TP 1, 2, 4, 8: the wide ones far behind per GPU
+    w = Workload("server", 512, 64, num_requests=24)
+    pruned: list = []
+    found = search(arch, hw, base, w, pruned=pruned)
+    assert pruned and len(found) + len(pruned) == num_candidates(arch, hw, 8)
+    assert max(c.score for c in pruned) * search_module.BOUND_MARGIN < found[0].score
+    offline = {(c.parallel, c.max_num_seqs): c.score
+               for c in search(arch, hw, base, Workload("offline", 512, 64, num_requests=24))}
+    assert all(c.score <= offline[(c.parallel, c.max_num_seqs)] for c in found)
+    monkeypatch.setattr(search_module, "BOUND_MARGIN", float("inf"))  # nothing pruned
+    everything = search(arch, hw, base, w)
+    assert len(everything) == num_candidates(arch, hw, 8)
+    assert found[0].figures == everything[0].figures

@@ -179,17 +179,19 @@ def _uplift(arch, hw, deployment, workload, as_json: bool) -> int:
 
 
 def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
-    """The best candidate's figures, with the ten best under "searched"."""
+    """The best candidate's figures, with the ten best under "searched" and the
+    count of candidates a peak search skipped by their Offline bound."""
     from tqdm import tqdm
 
     from tokenmill.sim.search import num_candidates, search
 
+    pruned: list = []
     with tqdm(total=num_candidates(arch, hw, deployment.num_gpus, splits), desc="Searching deployments",
               unit="candidate", leave=False) as bar:
-        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits)
+        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
-    return {**found[0].figures, "searched": [
+    return {**found[0].figures, "pruned_by_offline_bound": len(pruned), "searched": [
         {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp,
          "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"],
          "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
@@ -219,6 +221,8 @@ def _table(f: dict) -> str:
         pools = f", disagg {c['disagg']}" if c.get("disagg") else ""
         lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
                      f"max-num-seqs {c['max_num_seqs']:>5}{pools}: {c['tokens_per_s_per_gpu']:,.0f}")
+    if f.get("pruned_by_offline_bound"):
+        lines.append(f"    ({f['pruned_by_offline_bound']} more skipped: their Offline figure could not reach the best)")
     lines.append("  (the model's estimate; `tokenmill sim validate` and docs/SIMULATOR.md say how far to trust it)")
     return "\n".join(lines)
 

@@ -18,6 +18,14 @@ With ``splits`` (``--search --disagg auto``), each layout of two or more
 replicas is also tried disaggregated (sim/disagg.py), with the prefill pool
 taking each of ``PREFILL_SHARES`` of the replicas (rounded, at least one
 replica per pool).
+
+Server and Interactive searches are pruned by a bound: a candidate's peak
+QPS search costs a dozen simulations, its Offline run one (~90x less time
+measured on 8 x H100), and its Server throughput cannot pass its Offline one
+by much (the peak search caps the QPS at the Offline request rate; Server /
+Offline measured 0.63-0.80). So every candidate's Offline figure is computed
+first, candidates are searched best bound first, and one whose bound times
+``BOUND_MARGIN`` is below the best Server figure found is skipped.
 """
 
 from __future__ import annotations
@@ -35,6 +43,11 @@ REPLICA_SIZES = (1, 2, 4, 8, 16, 32, 64, 72)
 SEQ_CHOICES = (32, 64, 128, 256, 512, 1024)
 MAX_TP = 8
 PREFILL_SHARES = (1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3)
+BOUND_MARGIN = 1.25
+"""How far a Server run's tokens/s may be trusted not to pass the Offline
+bound: the QPS is capped at the Offline rate, but a run's own Poisson draw
+can finish its requests sooner than that rate implies (~10% at 100
+requests), so only candidates clearly below the best are skipped."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +83,40 @@ def pool_splits(replicas: int) -> list[PoolSplit | None]:
 
 
 def search(arch, hw: Hardware, base: Deployment, workload: Workload,
-           progress: Callable[[int], None] | None = None, splits: bool = False) -> list[Candidate]:
-    """Every candidate that runs, best first. ``base`` gives the GPU count,
+           progress: Callable[[int], None] | None = None, splits: bool = False,
+           pruned: list[Candidate] | None = None) -> list[Candidate]:
+    """Every candidate simulated, best first. ``base`` gives the GPU count,
     precision, token budget and MTP settings; ``splits`` also tries the
     disaggregated splits; ``progress(n)`` is called as candidates finish (n of
-    them each time)."""
-    found = []
+    them each time). Candidates skipped by the Offline bound (Server and
+    Interactive peak searches) are appended to ``pruned`` when given, with
+    their Offline figures."""
+    runs = list(_candidates(arch, hw, base, progress, splits))
+    peak_search = workload.scenario in ("server", "interactive") and workload.target_qps is None
+    if not peak_search:
+        return sorted(_evaluate(arch, hw, runs, workload, progress), key=lambda c: -c.score)
+    offline = replace(workload, scenario="offline")
+    bounds = sorted(_evaluate(arch, hw, runs, offline), key=lambda c: -c.score)
+    found: list[Candidate] = []
+    for bound in bounds:
+        if found and bound.score * BOUND_MARGIN < found[0].score:
+            if pruned is not None:
+                pruned.append(bound)
+        else:
+            found += _evaluate(arch, hw, [(bound, _deployment(base, bound))], workload)
+            found.sort(key=lambda c: -c.score)
+        if progress:
+            progress(1)
+    return found
+
+
+def _deployment(base: Deployment, c: Candidate) -> Deployment:
+    return replace(base, parallel=c.parallel, max_num_seqs=c.max_num_seqs, disagg=c.disagg,
+                   max_num_batched_tokens=max(base.max_num_batched_tokens, c.max_num_seqs))
+
+
+def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool):
+    """(Candidate without figures, its deployment) for every candidate whose weights fit."""
     for parallel in layouts(arch, hw, base.num_gpus):
         trial = replace(base, parallel=parallel, disagg=None)
         options = pool_splits(base.num_gpus // parallel.devices) if splits else [None]
@@ -88,13 +129,17 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
         per = parallel.devices if parallel.attention_dp else 1
         for split in options:
             for seqs in SEQ_CHOICES:
-                deployment = replace(trial, max_num_seqs=seqs * per, disagg=split,
-                                     max_num_batched_tokens=max(base.max_num_batched_tokens, seqs * per))
-                figures = predict(arch, hw, deployment, workload)
-                found.append(Candidate(parallel, seqs * per, figures, split))
-                if progress:
-                    progress(1)
-    return sorted(found, key=lambda c: -c.score)
+                c = Candidate(parallel, seqs * per, {}, split)
+                yield c, _deployment(trial, c)
+
+
+def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None) -> list[Candidate]:
+    out = []
+    for c, deployment in runs:
+        out.append(replace(c, figures=predict(arch, hw, deployment, workload)))
+        if progress:
+            progress(1)
+    return out
 
 
 def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False) -> int:
