@@ -121,11 +121,13 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     else:
         limits = limits_s(w.preset, w.scenario)
         limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
-        # No more than the Offline rate of the same requests (find_peak_qps: a burst is not a rate).
+        # No more than the Offline rate of the same requests (find_peak_qps: a burst is not a rate),
+        # and the search starts there, halving: the peak is usually within a few halvings of it, and
+        # low-QPS runs (many small steps) are the slowest to simulate.
         capacity = run(offline_requests(num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens)).requests_per_s
         qps, result = find_peak_qps(lambda q: server_requests(q, w.isl, w.osl, num_requests=num_requests,
                                                               cached_tokens=w.cached_tokens),
-                                    seconds, config, limits, run=run, max_qps=capacity)
+                                    seconds, config, limits, run=run, max_qps=capacity, start_qps=capacity)
     return _figures(result, hw, d, w, blocks, qps, share)
 
 
