@@ -48,7 +48,8 @@ def _add_deployment_args(g) -> None:
                         "prefill:decode splits of every layout beside aggregated replicas")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
-                        "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits); replaces "
+                        "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits, skipping "
+                        "candidates whose Offline figure cannot reach the best); replaces "
                         "--tp/--ep/--attention-dp/--max-num-seqs")
     g.add_argument("--pareto", default=None, metavar="PATH",
                    help="plot tokens/s per GPU against tokens/s per user (1000 / TPOT p50) over --max-num-seqs "
