@@ -36,8 +36,8 @@ def _engine(sizes: list[int] | None, **config) -> LLMEngine:
         core, c = engine.core, engine.core.config
         core.runner = ModelRunner(core.model, c.num_kv_blocks, c.block_size, core.device, core.dtype,
                                   scratch_block=True)
-        core.runner.graph_multi_token_runs = c.cuda_graph_mode == "full"  # as the engine core sets it on CUDA
-        core.runner.capture_decode_graphs(sizes, c.max_model_len, capture=False)
+        core.runner.capture_decode_graphs(sizes, c.max_model_len, capture=False,
+                                          multi_token_runs=c.cuda_graph_mode == "full")  # as the core does on CUDA
     return engine
 
 

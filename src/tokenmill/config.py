@@ -78,8 +78,9 @@ class EngineConfig:
     """Run every step eagerly. Otherwise, on CUDA, steps replay CUDA graphs
     captured at start-up, one per (rows, context span) bucket
     (engine/decode_graphs.py; which steps: ``cuda_graph_mode``), for models
-    whose forward never waits on the host (Llama family without MoE). CPU steps are always eager: torch.compile
-    measured slower there than the C++ kernels (docs/PERFORMANCE.md)."""
+    whose forward never waits on the host (Llama family without MoE). CPU
+    steps are always eager: torch.compile measured slower there than the C++
+    kernels (docs/PERFORMANCE.md)."""
     cuda_graph_sizes: tuple[int, ...] | None = None
     """Step sizes in rows (tokens computed) captured as CUDA graphs (a step pads
     to the next one; larger steps run eagerly); None: 1, 2, 4, 8, then every

@@ -136,8 +136,8 @@ class EngineCore:
         self.drafting = Drafting(spec, proposer) if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
         if graph_sizes:  # last: the capture sees every buffer the steps will use
-            self.runner.graph_multi_token_runs = c.cuda_graph_mode == "full"
-            self.runner.capture_decode_graphs(graph_sizes, c.max_model_len)
+            self.runner.capture_decode_graphs(graph_sizes, c.max_model_len,
+                                              multi_token_runs=c.cuda_graph_mode == "full")
 
     def _init_counters(self) -> None:
         """The cumulative counters stats() reports."""

@@ -116,16 +116,19 @@ class ModelRunner:
         self.graph_multi_token_runs = True
         """Steps with multi-token runs (prompt chunks, draft verifications) may
         replay graphs too (``cuda_graph_mode`` full); False: only steps of one
-        token per request (``decode``)."""
+        token per request (``decode``). Set by capture_decode_graphs."""
         self.graph_multi_token_steps = 0
         """Steps with multi-token runs that replayed a graph (for tests and the log)."""
 
-    def capture_decode_graphs(self, batch_sizes: list[int], max_model_len: int, capture: bool = True) -> None:
-        """Run decode-only steps of up to max(batch_sizes) sequences through
-        graphs captured now (``capture=False``: the same padded forward, not
-        captured; CPU tests). Needs the scratch block."""
+    def capture_decode_graphs(self, batch_sizes: list[int], max_model_len: int, capture: bool = True,
+                              multi_token_runs: bool = True) -> None:
+        """Run steps of up to max(batch_sizes) rows through graphs captured now
+        (``capture=False``: the same padded forward, not captured; CPU tests):
+        decodes, and with ``multi_token_runs`` (``cuda_graph_mode`` full) also
+        prompt chunks and draft verifications. Needs the scratch block."""
         if self.scratch_block is None:
             raise ValueError("decode graphs need a runner built with scratch_block=True")
+        self.graph_multi_token_runs = multi_token_runs
         self.decode_graphs = DecodeGraphs(self.model, self.kv_caches, self.block_size, self.scratch_block,
                                           batch_sizes, max_model_len, capture)
         self.decode_graphs.capture_all()

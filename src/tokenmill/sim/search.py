@@ -20,10 +20,12 @@ taking each of ``PREFILL_SHARES`` of the replicas (rounded, at least one
 replica per pool).
 
 Server and Interactive searches are pruned by a bound: a candidate's peak
-QPS search costs a dozen simulations, its Offline run one (~90x less time
-measured on 8 x H100), and its Server throughput cannot pass its Offline one
-by much (the peak search caps the QPS at the Offline request rate; Server /
-Offline measured 0.63-0.80). So every candidate's Offline figure is computed
+QPS search costs several simulations, its Offline run one (over every
+candidate of a 2 x H100 search, the Offline runs took 1.4 s and the peak
+searches, then doubling up from 1 QPS, 129 s), and its Server throughput
+cannot pass its Offline one by much (the peak search caps the QPS at the
+Offline request rate; Server / Offline measured 0.63-0.80 in that search).
+So every candidate's Offline figure is computed
 first, candidates are searched best bound first, and one whose bound times
 ``BOUND_MARGIN`` is below the best Server figure found is skipped.
 """
@@ -46,8 +48,9 @@ PREFILL_SHARES = (1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3)
 BOUND_MARGIN = 1.25
 """How far a Server run's tokens/s may be trusted not to pass the Offline
 bound: the QPS is capped at the Offline rate, but a run's own Poisson draw
-can finish its requests sooner than that rate implies (~10% at 100
-requests), so only candidates clearly below the best are skipped."""
+can finish its requests sooner than that rate implies (by roughly
+1/sqrt(requests), ~10% at 100: an estimate, not a measurement), so only
+candidates clearly below the best are skipped."""
 
 
 @dataclass(frozen=True)
