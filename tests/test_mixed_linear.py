@@ -9,7 +9,12 @@ from torch import nn
 import tokenmill.engine.core as core_module
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
-from tokenmill.engine.resolve import cpu_has_avx2_panels, cpu_has_fast_bf16, resolve_linear_backend
+from tokenmill.engine.resolve import (
+    cpu_has_avx2_panels,
+    cpu_has_bf16_panels,
+    cpu_has_fast_bf16,
+    resolve_linear_backend,
+)
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.mixed_linear import PANEL_MAX_ROWS, MixedLinear, mix_linears
 from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
@@ -70,7 +75,7 @@ def test_mix_swaps_the_decoder_and_packs_the_tied_head():
 @needs_bf16
 def test_resolution_of_mixed():
     auto = resolve_linear_backend(EngineConfig(), CPU, torch.bfloat16)
-    assert auto == ("mixed" if cpu_has_fast_bf16() else "onednn")
+    assert auto == ("mixed" if cpu_has_fast_bf16() else "panels" if cpu_has_bf16_panels() else "onednn")
     assert resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.bfloat16) == "mixed"
     with pytest.raises(ValueError, match="linear_backend: mixed .*quantization 'int4'"):
         resolve_linear_backend(EngineConfig(linear_backend="mixed", quantization="int4"), CPU, torch.bfloat16)
@@ -117,7 +122,7 @@ def test_mixed_engine_decodes_like_onednn_on_the_embedded_model():
 
 @pytest.mark.skipif(not runs_in(torch.float32), reason="needs the C++ kernels and oneDNN float32 packing")
 def test_float32_auto_mixes_on_avx2_and_decodes_like_torch():
-    """Float32: auto takes the panels on AVX2 CPUs without AVX-512 (torch
+    """Float32: auto takes the panels on CPUs with AVX2 and FMA (torch
     elsewhere); the tiny model's greedy tokens are those of F.linear."""
     assert resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.float32) == "mixed"
     with pytest.raises(ValueError, match="linear_backend: mixed runs on CPU in float32 or bfloat16"):

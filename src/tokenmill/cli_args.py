@@ -35,8 +35,8 @@ def _add_model_args(g) -> None:
                    help="model name reported by the API (default: the model's file or directory name)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
     g.add_argument("--dtype", choices=DTYPES, default="auto",
-                   help="weights/activations dtype; auto: bfloat16 on CUDA and on CPUs with AVX512-BF16/AMX, "
-                        "else float32")
+                   help="weights/activations dtype; auto: bfloat16 on CUDA, on CPUs with AVX512-BF16/AMX and on "
+                        "other AVX-512 CPUs where the C++ kernels build, else float32")
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
@@ -55,10 +55,12 @@ def _add_kernel_args(g) -> None:
                         "torch; auto: cpp on CPU, compiled on CUDA, torch where those cannot run")
     g.add_argument("--linear-backend", choices=LINEAR_BACKENDS, default="auto",
                    help="linear layers: mixed (tokenmill's C++ panel kernel for calls of up to 128 rows, "
-                        "oneDNN above; keeps two weight layouts; CPU, float32/bfloat16), onednn (weights prepacked "
-                        "once at load for oneDNN; CPU) or torch (F.linear); auto: mixed in bfloat16 on CPUs with "
-                        "AMX or AVX512-BF16 and in float32 on AVX2 CPUs without AVX-512, when the second layout "
-                        "fits in a quarter of the free memory, onednn on other CPUs in bfloat16, torch otherwise")
+                        "oneDNN above; keeps two weight layouts; CPU, float32/bfloat16), panels (the panel kernel "
+                        "for every call; CPU, float32/bfloat16), onednn (weights prepacked once at load for oneDNN; "
+                        "CPU) or torch (F.linear); auto: mixed in bfloat16 on CPUs with AMX or AVX512-BF16, panels "
+                        "in bfloat16 on other AVX-512 CPUs, mixed in float32 on CPUs with AVX2 and FMA (mixed "
+                        "only when the second layout fits in a quarter of the free memory), onednn on other CPUs "
+                        "in bfloat16, torch otherwise")
     g.add_argument("--deterministic", action="store_true",
                    help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "

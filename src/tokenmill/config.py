@@ -16,7 +16,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
 ATTENTION_BACKENDS = ("auto", "cpp", "torch")
 FUSED_OPS = ("auto", "cpp", "compiled", "torch")
-LINEAR_BACKENDS = ("auto", "mixed", "onednn", "torch")
+LINEAR_BACKENDS = ("auto", "mixed", "panels", "onednn", "torch")
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,9 @@ class EngineConfig:
     """cpu | cuda | cuda:N | auto (cuda when available)."""
     dtype: str = "auto"
     """Activation/weight dtype: auto | float32 | bfloat16 | float16. auto picks
-    bfloat16 on CUDA, and on CPU float32 unless the CPU has native bf16 matmul
-    (AVX512-BF16 / AMX)."""
+    bfloat16 on CUDA, on CPUs with native bf16 matmul (AVX512-BF16 / AMX) and
+    on other AVX-512 CPUs when the C++ kernels build (their panel kernel runs
+    bf16 linears there, faster than float32); float32 otherwise."""
     quantization: str | None = None
     """None, 'int8' (weight-only int8 linears, per-channel scales) or 'int4'
     (decoder linears int4 in groups of 32, GGUF Q4_1's layout; LM head int8).
@@ -56,16 +57,19 @@ class EngineConfig:
     kernels/compiled_ops.py); torch runs plain torch ops. auto: cpp
     on CPU, compiled on CUDA, torch where those cannot run."""
     linear_backend: str = "auto"
-    """The decoder's linear layers and the LM head: auto | mixed | onednn | torch.
-    onednn prepacks each weight once at load into oneDNN's blocked layout and
-    runs oneDNN's linear on it (CPU; kernels/packed_linear.py; measured 1.36x
-    faster batch-1 decode than torch in bfloat16, no faster in float32); mixed
-    also keeps a panel layout and runs calls of up to 128 rows on tokenmill's
-    C++ kernel (CPU, bfloat16; kernels/mixed_linear.py; batch-1 decode step
-    1.2-1.25x faster than onednn); torch calls ``F.linear`` on the plain weight.
-    auto: mixed in bfloat16 on CPUs with AMX or AVX512-BF16 (onednn when its
-    second layout does not fit in memory), onednn on other CPUs in bfloat16,
-    torch otherwise (engine/resolve.py). Layers replaced by ``quantization`` or
+    """The decoder's linear layers and the LM head: auto | mixed | panels |
+    onednn | torch. onednn prepacks each weight once at load into oneDNN's
+    blocked layout and runs oneDNN's linear on it (CPU; kernels/packed_linear.py;
+    measured 1.36x faster batch-1 decode than torch in bfloat16, no faster in
+    float32); mixed also keeps a panel layout and runs calls of up to 128 rows
+    on tokenmill's C++ kernel (CPU; kernels/mixed_linear.py; batch-1 decode step
+    1.2-1.25x faster than onednn in bfloat16); panels runs every call on that
+    kernel, one weight layout (CPU; kernels/invariant_linear.py); torch calls
+    ``F.linear`` on the plain weight. auto: mixed in bfloat16 on CPUs with AMX
+    or AVX512-BF16 (onednn when its second layout does not fit in memory),
+    panels in bfloat16 on other AVX-512 CPUs, mixed in float32 on CPUs with
+    AVX2 and FMA, onednn on other CPUs in bfloat16, torch otherwise
+    (engine/resolve.py). Layers replaced by ``quantization`` or
     ``deterministic`` keep their own kernels."""
     deterministic: bool = False
     """Batch-invariant mode: a request's tokens do not depend on the other

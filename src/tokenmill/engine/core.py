@@ -62,7 +62,7 @@ from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact, verification_rows
 from tokenmill.errors import RequestError
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
-from tokenmill.kernels.invariant_linear import make_batch_invariant
+from tokenmill.kernels.invariant_linear import make_batch_invariant, panel_linears
 from tokenmill.kernels.mixed_linear import mix_linears
 from tokenmill.kernels.packed_linear import prepack_linears
 from tokenmill.kernels.quantize import dense_copy_fits, quantize_model
@@ -102,7 +102,7 @@ class EngineCore:
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = self._swap_linears(self.model, config.quantization, config.linear_backend,
                                                  linear_backend, invariant_kernels, self.int4_dense_prefill)
-        """What runs the linears: mixed | onednn | torch | invariant | int8 | int4."""
+        """What runs the linears: mixed | panels | onednn | torch | invariant | int8 | int4."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
                                            if spec is not None else 0)
@@ -176,6 +176,8 @@ class EngineCore:
             backend = "onednn"
         if backend == "mixed":
             mix_linears(model, load_cpu_kernels())
+        elif backend == "panels":
+            panel_linears(model, load_cpu_kernels())
         elif backend == "onednn":
             prepack_linears(model)
         return backend

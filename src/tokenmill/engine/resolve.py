@@ -39,19 +39,35 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def cpu_has_avx2_panels() -> bool:
-    """AVX2 and FMA without AVX-512: the C++ panel kernel's AVX2 path, measured
-    1.2-3x faster than oneDNN and torch on float32 linears of 1-256 rows there
-    (kernels/mixed_linear.py)."""
+    """AVX2 and FMA (AVX-512 CPUs have both): the C++ panel kernel's vector
+    paths, measured faster than torch's F.linear on float32 decode steps on an
+    AVX2 EPYC and on an AVX-512 Xeon (kernels/mixed_linear.py)."""
     flags = _cpu_flags()
-    return "avx2" in flags and "fma" in flags and "avx512f" not in flags
+    return "avx2" in flags and "fma" in flags
+
+
+def cpu_has_bf16_panels() -> bool:
+    """AVX-512 without native bf16 arithmetic: the panel kernel widens bf16
+    weights on the fly (csrc/invariant_linear.cpp), measured 1.5x faster than
+    float32 at batch 1 and as fast at batch 256, while oneDNN's emulated bf16
+    GEMM is 2-3x slower than either (kernels/invariant_linear.py)."""
+    return "avx512f" in _cpu_flags() and not cpu_has_fast_bf16()
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on CUDA, on CPUs with native bf16 matmuls, and on AVX-512
+    CPUs without them when the C++ panel kernel builds (it runs their bf16
+    linears: ``resolve_linear_backend``); float32 otherwise."""
     if name != "auto":
         return _DTYPES[name]
-    if device.type == "cuda":
+    if device.type == "cuda" or cpu_has_fast_bf16():
         return torch.bfloat16
-    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+    if cpu_has_bf16_panels():
+        from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+
+        if load_cpu_kernels() is not None:
+            return torch.bfloat16
+    return torch.float32
 
 
 def resolve_decode_kernel(backend: str, device: torch.device, dtype: torch.dtype):
@@ -95,25 +111,28 @@ def resolve_fused_ops(backend: str, device: torch.device, dtype: torch.dtype, ar
 
 def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> str:
     """What runs the linear layers: "invariant" (--deterministic), the
-    quantization ("int8", "int4"), else "mixed", "onednn" or "torch" per
-    ``config.linear_backend``. auto: mixed in bfloat16 on CPUs with AMX or
-    AVX512-BF16 and in float32 on AVX2 CPUs without AVX-512 (measured faster
-    on each: kernels/mixed_linear.py), onednn on other CPUs in bfloat16,
-    torch otherwise (float32 on AVX-512 measured no faster with oneDNN:
-    kernels/packed_linear.py). A ValueError naming
-    ``linear_backend`` where onednn or mixed was asked for and cannot run.
-    (The core falls back from an automatic mixed to onednn when the second
-    weight copy does not fit in memory.)"""
+    quantization ("int8", "int4"), else "mixed", "panels", "onednn" or "torch"
+    per ``config.linear_backend``. auto, on CPU in float32 or bfloat16:
+    mixed in bfloat16 on CPUs with AMX or AVX512-BF16; panels in bfloat16 on
+    AVX-512 CPUs without them (oneDNN's bf16 there is emulated, 2-3x slower);
+    mixed in float32 on CPUs with AVX2 and FMA (AVX-512 ones included); onednn
+    in bfloat16 elsewhere; torch otherwise (and wherever the C++ kernels do
+    not build). Each rule is a measurement: kernels/mixed_linear.py and
+    kernels/invariant_linear.py. A ValueError naming ``linear_backend`` where
+    onednn, mixed or panels was asked for and cannot run. (The core falls
+    back from an automatic mixed to onednn when the second weight copy does
+    not fit in memory.)"""
     from tokenmill.kernels.packed_linear import onednn_available
 
     backend = config.linear_backend
     replaced_by = "invariant" if config.deterministic else config.quantization
     if replaced_by is not None:
-        if backend in ("onednn", "mixed"):
+        if backend in ("onednn", "mixed", "panels"):
             why = "--deterministic" if config.deterministic else f"quantization {config.quantization!r}"
             raise ValueError(f"linear_backend: {backend} packs full-precision weights; {why} brings its own kernels")
         return replaced_by
-    fits = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16) and onednn_available(dtype)
+    cpu_dtype = device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
+    fits = cpu_dtype and onednn_available(dtype)
     if backend == "onednn" and not fits:
         raise ValueError(f"linear_backend: onednn runs on CPU in float32 or bfloat16 with a torch built "
                          f"with oneDNN (bfloat16: on a CPU with AVX-512 or AVX-NE-CONVERT), "
@@ -123,14 +142,20 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
             raise ValueError(f"linear_backend: mixed runs on CPU in float32 or bfloat16 with a torch built with "
                              f"oneDNN, not {device.type} {str(dtype).removeprefix('torch.')}")
         _cpu_kernels("linear_backend", "cpp", device, dtype)  # raises when the C++ kernels cannot build
+    if backend == "panels":
+        if not cpu_dtype:
+            raise ValueError(f"linear_backend: panels runs on CPU in float32 or bfloat16, "
+                             f"not {device.type} {str(dtype).removeprefix('torch.')}")
+        _cpu_kernels("linear_backend", "cpp", device, dtype)  # raises when the C++ kernels cannot build
     if backend == "auto":
+        kernels = cpu_dtype and _cpu_kernels("linear_backend", "auto", device, dtype) is not None
+        if dtype == torch.bfloat16 and kernels and cpu_has_bf16_panels():
+            return "panels"
         if not fits:
             return "torch"
         if dtype == torch.bfloat16:
-            return "mixed" if cpu_has_fast_bf16() and _cpu_kernels("linear_backend", "auto", device, dtype) \
-                else "onednn"
-        return "mixed" if cpu_has_avx2_panels() and _cpu_kernels("linear_backend", "auto", device, dtype) \
-            else "torch"
+            return "mixed" if cpu_has_fast_bf16() and kernels else "onednn"
+        return "mixed" if cpu_has_avx2_panels() and kernels else "torch"
     return backend
 
 

@@ -13,11 +13,15 @@
 // thread split only decide which accumulators exist side by side. No horizontal sums.
 //
 // Layouts (chosen at compile time, the same for every call on this build):
-// - float32, and bfloat16 without AVX512-BF16: [P][K][16]: P = ceil(N / 16) panels;
-// - bfloat16 with AVX512-BF16: [P2][K2][16][2]: k in pairs for vdpbf16ps (and AMX's
-//   tdpbf16ps), which add both products of a pair into a float32 lane. K2 = ceil(K / 32)
-//   * 16 pairs and P2 = P rounded up to even, the padding zeros: AMX reads k in blocks of
-//   32 and columns in tiles of 32; the vector path reads only the pairs it needs.
+// - float32, and bfloat16 without AVX-512: [P][K][16]: P = ceil(N / 16) panels;
+// - bfloat16 with AVX-512: [P2][K2][16][2]: k in pairs. With AVX512-BF16 for vdpbf16ps (and
+//   AMX's tdpbf16ps), which add both products of a pair into a float32 lane. Without it
+//   one 32-bit lane holds column n's weights for k = 2j (low half) and 2j + 1 (high half),
+//   widened to float32 by a shift and a mask: two vector ops per 32 weights instead of
+//   a shuffle and a shift per 16 (the shuffle port is the second FMA port on many
+//   AVX-512 cores). K2 = ceil(K / 32) * 16 pairs and P2 = P rounded up to even, the
+//   padding zeros: AMX reads k in blocks of 32 and columns in tiles of 32; the vector
+//   paths read only the pairs they need.
 // Columns past N (the last panels' padding) hold zeros and are never stored.
 //
 // Vectors: AVX-512 (16 lanes, one register per panel), else AVX2 + FMA (two 8-lane halves
@@ -55,7 +59,7 @@ constexpr int kMaxPanels = 2;
 
 template <typename T>
 constexpr bool kPairs =
-#if defined(__AVX512BF16__)
+#if defined(__AVX512F__)
     std::is_same_v<T, c10::BFloat16>;
 #else
     false;
@@ -134,15 +138,69 @@ void tile_pairs(const c10::BFloat16* x, int64_t K, const c10::BFloat16* panels, 
 }
 #endif
 
+#if !defined(__AVX512BF16__)
+// R rows x P panels, paired bf16 layout [K2][16][2] per panel, float32 rows (x converted
+// once per call, so each broadcast is a plain float load): per k pair, one load per
+// panel gives both k's, k = 2j by a 16-bit left shift, k = 2j + 1 by masking the low
+// half. Each accumulator still takes one FMA per k, k ascending (the flat order).
+template <int R, int P>
+void tile_pairs_widen(const float* x, int64_t K, const c10::BFloat16* panels, int64_t panel_stride, float* acc) {
+    __m512 a[R][P];
+    for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) a[r][p] = _mm512_setzero_ps();
+    const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const int64_t full = K / 2;
+    for (int64_t j = 0; j < full; ++j) {
+        __m512 even[P], odd[P];
+        for (int p = 0; p < P; ++p) {
+            const __m512i w = _mm512_loadu_si512(panels + p * panel_stride + j * 2 * kLanes);
+            even[p] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+            odd[p] = _mm512_castsi512_ps(_mm512_and_si512(w, high_half));
+        }
+        for (int r = 0; r < R; ++r) {
+            const __m512 x0 = _mm512_set1_ps(x[r * K + 2 * j]), x1 = _mm512_set1_ps(x[r * K + 2 * j + 1]);
+            for (int p = 0; p < P; ++p) a[r][p] = _mm512_fmadd_ps(x1, odd[p], _mm512_fmadd_ps(x0, even[p], a[r][p]));
+        }
+    }
+    if (K % 2) {  // the last k alone: the low halves of its pair
+        __m512 even[P];
+        for (int p = 0; p < P; ++p)
+            even[p] = _mm512_castsi512_ps(
+                _mm512_slli_epi32(_mm512_loadu_si512(panels + p * panel_stride + full * 2 * kLanes), 16));
+        for (int r = 0; r < R; ++r) {
+            const __m512 x0 = _mm512_set1_ps(x[r * K + K - 1]);
+            for (int p = 0; p < P; ++p) a[r][p] = _mm512_fmadd_ps(x0, even[p], a[r][p]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int p = 0; p < P; ++p) _mm512_storeu_ps(acc + (r * P + p) * kLanes, a[r][p]);
+}
+
+template <int R = 1>
+void tile_dispatch_widen(int rows, int npanels, const float* x, int64_t K, const c10::BFloat16* panels,
+                         int64_t panel_stride, float* acc) {
+    if constexpr (R <= kMaxRows) {
+        if (rows == R) {
+            if (npanels == 2) return tile_pairs_widen<R, 2>(x, K, panels, panel_stride, acc);
+            return tile_pairs_widen<R, 1>(x, K, panels, panel_stride, acc);
+        }
+        return tile_dispatch_widen<R + 1>(rows, npanels, x, K, panels, panel_stride, acc);
+    }
+}
+#define TOKENMILL_WIDEN_PAIRS 1
+#endif
+
 template <typename T, int R, int P>
 void tile_simd(const T* x, int64_t K, const T* panels, int64_t panel_stride, float* acc) {
 #if defined(__AVX512BF16__)
-    if constexpr (kPairs<T>) {
+    if constexpr (kPairs<T>)
         tile_pairs<R, P>(x, K, panels, panel_stride, acc);
-        return;
-    }
-#endif
+    else
+        tile_flat<T, R, P>(x, K, panels, panel_stride, acc);
+#else
+    static_assert(!kPairs<T>, "paired bf16 without AVX512-BF16 runs tile_pairs_widen on float32 rows");
     tile_flat<T, R, P>(x, K, panels, panel_stride, acc);
+#endif
 }
 
 // Runtime (rows, panels) -> the matching instantiation.
@@ -318,6 +376,49 @@ void amx_linear(const c10::BFloat16* x, int64_t K, int64_t M, const c10::BFloat1
 #define TOKENMILL_AMX 0
 #endif
 
+// out [M, N] = rows x [M, K] times the packed weight w (N columns), bias added in float32.
+// Threads split the panel groups; each output element is computed by one tile call, start
+// to end, so the split never changes a value. tile(rows, panels, x, K, w, stride, acc)
+// fills acc [rows][panels][16].
+template <typename TX, typename TW, typename Tile>
+void run_tiles(const TX* x, int64_t M, int64_t K, const TW* w, int64_t N, const float* b, TW* o, Tile tile) {
+    const int64_t P = (N + kLanes - 1) / kLanes, stride = panel_elems<TW>(K);
+    const int64_t groups = (P + kMaxPanels - 1) / kMaxPanels;
+    at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
+        alignas(64) float acc[kMaxRows * kMaxPanels * kLanes];
+        for (int64_t g = begin; g < end; ++g) {
+            const int64_t p0 = g * kMaxPanels;
+            const int np = static_cast<int>(std::min<int64_t>(kMaxPanels, P - p0));
+            for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
+                const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
+                tile(rows, np, x + m0 * K, K, w + p0 * stride, stride, acc);
+                for (int r = 0; r < rows; ++r)
+                    for (int p = 0; p < np; ++p) {
+                        const int64_t n0 = (p0 + p) * kLanes;
+                        const int64_t n_end = std::min<int64_t>(n0 + kLanes, N);
+                        const float* a = acc + (r * np + p) * kLanes;
+                        TW* dst = o + (m0 + r) * N;
+                        for (int64_t n = n0; n < n_end; ++n)
+                            dst[n] = static_cast<TW>(b ? a[n - n0] + b[n] : a[n - n0]);
+                    }
+            }
+        }
+    });
+}
+
+// The vector (or portable) path for x [M, K] in T.
+template <typename T>
+void vector_linear(const torch::Tensor& x, int64_t M, int64_t K, const T* w, int64_t N, const float* b, T* o) {
+#if TOKENMILL_WIDEN_PAIRS
+    if constexpr (kPairs<T>) {
+        const auto xf = x.to(torch::kFloat);  // [M, K]: widened once, not once per tile
+        run_tiles(xf.data_ptr<float>(), M, K, w, N, b, o, tile_dispatch_widen<>);
+        return;
+    } else
+#endif
+    run_tiles(x.data_ptr<T>(), M, K, w, N, b, o, tile<T>);
+}
+
 void check_cpu(const torch::Tensor& t, const char* name) {
     TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
 }
@@ -346,7 +447,7 @@ torch::Tensor tokenmill::invariant_linear(torch::Tensor x, torch::Tensor packed,
     TORCH_CHECK(x.dim() == 2, "x must be [M, K]");
     TORCH_CHECK(x.scalar_type() == packed.scalar_type(), "x and the packed weight must share a dtype");
     x = x.contiguous();
-    const int64_t M = x.size(0), K = x.size(1), P = (N + kLanes - 1) / kLanes;
+    const int64_t M = x.size(0), K = x.size(1);
     TORCH_CHECK(packed.is_contiguous(), "packed weight must be contiguous");
     if (bias) {
         check_cpu(*bias, "bias");
@@ -368,33 +469,9 @@ torch::Tensor tokenmill::invariant_linear(torch::Tensor x, torch::Tensor packed,
             }
         }
 #endif
-        const scalar_t* xp = x.data_ptr<scalar_t>();
         const scalar_t* wp = packed.data_ptr<scalar_t>();
         scalar_t* o = out.data_ptr<scalar_t>();
-        const int64_t stride = panel_elems<scalar_t>(K);
-        const int64_t groups = (P + kMaxPanels - 1) / kMaxPanels;
-        // Threads split the panel groups; each output element is computed by one
-        // tile, start to end, so the split never changes a value.
-        at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-            alignas(64) float acc[kMaxRows * kMaxPanels * kLanes];
-            for (int64_t g = begin; g < end; ++g) {
-                const int64_t p0 = g * kMaxPanels;
-                const int np = static_cast<int>(std::min<int64_t>(kMaxPanels, P - p0));
-                for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
-                    const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
-                    tile<scalar_t>(rows, np, xp + m0 * K, K, wp + p0 * stride, stride, acc);
-                    for (int r = 0; r < rows; ++r)
-                        for (int p = 0; p < np; ++p) {
-                            const int64_t n0 = (p0 + p) * kLanes;
-                            const int64_t n_end = std::min<int64_t>(n0 + kLanes, N);
-                            const float* a = acc + (r * np + p) * kLanes;
-                            scalar_t* dst = o + (m0 + r) * N;
-                            for (int64_t n = n0; n < n_end; ++n)
-                                dst[n] = static_cast<scalar_t>(b ? a[n - n0] + b[n] : a[n - n0]);
-                        }
-                }
-            }
-        });
+        vector_linear<scalar_t>(x, M, K, wp, N, b, o);
     });
     return out;
 }
