@@ -165,7 +165,14 @@ def test_reduced_precision_model_quality(dtype, method, fp32_engine, quality_ref
           f"on {len(ids)} tokens; greedy agreement {agreement:.2f}")
     assert ppl / ppl_fp32 < 1.03  # measured here: all within 1.01x
     assert agreement >= 0.5  # measured here: bf16 0.91, int4 0.72, int8 0.72 (0.57 before the SDPA prefill change)
-    (answer,) = engine.generate([fp32_engine.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True)],
-        SamplingParams(max_tokens=16, temperature=0.0))
+    prompt = fp32_engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True)
+    (answer,) = engine.generate([prompt], SamplingParams(max_tokens=16, temperature=0.0, logprobs=2))
+    (_, first), (_, second) = answer.logprobs[0].top[:2]
+    if "Paris" not in answer.text and first == second:
+        # An exact tie of the first token's bf16 logits (int4/int8 heads compute in bf16;
+        # seen on an AVX-512 Xeon without BF16, before and after the panel kernel's
+        # bf16 path): the tie break picked "L'". Judge the answer after fp32's first token.
+        (lead,) = fp32_engine.generate([prompt], SamplingParams(max_tokens=1, temperature=0.0))
+        (answer,) = engine.generate([prompt + lead.text], SamplingParams(max_tokens=16, temperature=0.0))
     assert "Paris" in answer.text

@@ -15,7 +15,8 @@ That kernel's time grows with every input row (a matrix-vector kernel run per
 row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the same
 shape, so an int4 prefill chunk would take many times a bf16 one. Where memory
 allows (kernels/quantize.py decides), the layer also keeps a bf16 copy of its
-weight, prepacked for oneDNN (kernels/packed_linear.py), and runs every call
+weight, prepacked for oneDNN (kernels/packed_linear.py) or, on AVX-512 CPUs
+without native bf16, packed for the panel kernel, and runs every call
 of ``DENSE_MIN_ROWS`` rows or more on it: prefill and large decode batches at
 bf16 GEMM speed, small decode batches reading the int4 bytes.
 """
@@ -102,11 +103,18 @@ class Int4Linear(nn.Module):
 
 
 def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
-    """A bias-free copy of ``linear`` in ``dtype``: prepacked for oneDNN where
+    """A bias-free copy of ``linear`` in ``dtype``: on the panel kernel for
+    bf16 on AVX-512 CPUs without native bf16 (where oneDNN's bf16 is emulated,
+    2-3x slower: kernels/invariant_linear.py), else prepacked for oneDNN where
     torch has it, else a plain nn.Linear."""
+    from tokenmill.engine.resolve import cpu_has_bf16_panels
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+    from tokenmill.kernels.invariant_linear import InvariantLinear
     from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
 
     copy = nn.Linear(linear.in_features, linear.out_features, bias=False, device=linear.weight.device, dtype=dtype)
     with torch.no_grad():
         copy.weight.copy_(linear.weight)
+    if dtype == torch.bfloat16 and cpu_has_bf16_panels() and (kernels := load_cpu_kernels()) is not None:
+        return InvariantLinear(copy, kernels, keep_weight=False)
     return PackedLinear(copy, keep_weight=False) if onednn_available(dtype) else copy

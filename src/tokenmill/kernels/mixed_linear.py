@@ -10,7 +10,9 @@ batches) oneDNN is faster, up to 1.9x on the LM head at 256 rows. In float32
 on an AVX2 CPU without AVX-512 (the kernel's 8-lane path) the panels beat
 oneDNN at every row count measured, 1 to 256: 1.2-1.5x at one row, 1.7-3x at
 2-8 rows (a speculative verification step), and torch's F.linear by 2-5x
-(docs/PERFORMANCE.md, "Mixed linears in float32 on AVX2"). A
+(docs/PERFORMANCE.md, "Mixed linears in float32 on AVX2"); on an AVX-512
+Xeon without BF16, float32 decode steps on mixed linears measured faster than
+on F.linear at 1-64 rows and equal at 256 ("bf16 on AVX-512 without BF16"). A
 ``MixedLinear`` keeps the weight in both layouts and sends calls of at most
 ``PANEL_MAX_ROWS`` rows to the panel kernel, larger ones to oneDNN.
 

@@ -54,7 +54,7 @@ namespace {
 
 constexpr int64_t kLanes = 16;   // output columns per panel
 constexpr int64_t kKBlock = 32;  // k per AMX block; the paired layout pads K to a multiple
-constexpr int kMaxRows = 6;      // rows per tile: 6 x 2 panels = 12 accumulators
+constexpr int kMaxRows = 6;      // rows per tile (the widening path: kWidenRows): 6 x 2 panels = 12 accumulators
 constexpr int kMaxPanels = 2;
 
 template <typename T>
@@ -176,10 +176,16 @@ void tile_pairs_widen(const float* x, int64_t K, const c10::BFloat16* panels, in
         for (int p = 0; p < P; ++p) _mm512_storeu_ps(acc + (r * P + p) * kLanes, a[r][p]);
 }
 
+// Rows per widening tile: the shift and mask per panel and k pair are shared by
+// every row of the tile, so taller tiles spend less of the FMA ports on them
+// (8 x 2 panels: 16 accumulators, 4 widened weights, 2 broadcasts of 32 registers;
+// measured 7-35% faster per call than 6 rows at 64-1024 rows, docs/PERFORMANCE.md).
+constexpr int kWidenRows = 8;
+
 template <int R = 1>
 void tile_dispatch_widen(int rows, int npanels, const float* x, int64_t K, const c10::BFloat16* panels,
                          int64_t panel_stride, float* acc) {
-    if constexpr (R <= kMaxRows) {
+    if constexpr (R <= kWidenRows) {
         if (rows == R) {
             if (npanels == 2) return tile_pairs_widen<R, 2>(x, K, panels, panel_stride, acc);
             return tile_pairs_widen<R, 1>(x, K, panels, panel_stride, acc);
@@ -380,17 +386,17 @@ void amx_linear(const c10::BFloat16* x, int64_t K, int64_t M, const c10::BFloat1
 // Threads split the panel groups; each output element is computed by one tile call, start
 // to end, so the split never changes a value. tile(rows, panels, x, K, w, stride, acc)
 // fills acc [rows][panels][16].
-template <typename TX, typename TW, typename Tile>
+template <int Rows, typename TX, typename TW, typename Tile>
 void run_tiles(const TX* x, int64_t M, int64_t K, const TW* w, int64_t N, const float* b, TW* o, Tile tile) {
     const int64_t P = (N + kLanes - 1) / kLanes, stride = panel_elems<TW>(K);
     const int64_t groups = (P + kMaxPanels - 1) / kMaxPanels;
     at::parallel_for(0, groups, 1, [&](int64_t begin, int64_t end) {
-        alignas(64) float acc[kMaxRows * kMaxPanels * kLanes];
+        alignas(64) float acc[Rows * kMaxPanels * kLanes];
         for (int64_t g = begin; g < end; ++g) {
             const int64_t p0 = g * kMaxPanels;
             const int np = static_cast<int>(std::min<int64_t>(kMaxPanels, P - p0));
-            for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
-                const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
+            for (int64_t m0 = 0; m0 < M; m0 += Rows) {
+                const int rows = static_cast<int>(std::min<int64_t>(Rows, M - m0));
                 tile(rows, np, x + m0 * K, K, w + p0 * stride, stride, acc);
                 for (int r = 0; r < rows; ++r)
                     for (int p = 0; p < np; ++p) {
@@ -412,11 +418,11 @@ void vector_linear(const torch::Tensor& x, int64_t M, int64_t K, const T* w, int
 #if TOKENMILL_WIDEN_PAIRS
     if constexpr (kPairs<T>) {
         const auto xf = x.to(torch::kFloat);  // [M, K]: widened once, not once per tile
-        run_tiles(xf.data_ptr<float>(), M, K, w, N, b, o, tile_dispatch_widen<>);
+        run_tiles<kWidenRows>(xf.data_ptr<float>(), M, K, w, N, b, o, tile_dispatch_widen<>);
         return;
     } else
 #endif
-    run_tiles(x.data_ptr<T>(), M, K, w, N, b, o, tile<T>);
+    run_tiles<kMaxRows>(x.data_ptr<T>(), M, K, w, N, b, o, tile<T>);
 }
 
 void check_cpu(const torch::Tensor& t, const char* name) {
