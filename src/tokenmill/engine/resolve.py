@@ -48,9 +48,9 @@ def cpu_has_avx2_panels() -> bool:
 
 def cpu_has_bf16_panels() -> bool:
     """AVX-512 without native bf16 arithmetic: the panel kernel widens bf16
-    weights on the fly (csrc/invariant_linear.cpp), measured 1.5x faster than
-    float32 at batch 1 and as fast at batch 256, while oneDNN's emulated bf16
-    GEMM is 2-3x slower than either (kernels/invariant_linear.py)."""
+    weights on the fly (csrc/invariant_linear.cpp): a decode step measured
+    1.5x faster than float32 at batch 1 and within 6% at batch 256, while
+    oneDNN's emulated bf16 GEMM is 2.5-4x slower per call (kernels/invariant_linear.py)."""
     return "avx512f" in _cpu_flags() and not cpu_has_fast_bf16()
 
 
@@ -114,7 +114,7 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
     quantization ("int8", "int4"), else "mixed", "panels", "onednn" or "torch"
     per ``config.linear_backend``. auto, on CPU in float32 or bfloat16:
     mixed in bfloat16 on CPUs with AMX or AVX512-BF16; panels in bfloat16 on
-    AVX-512 CPUs without them (oneDNN's bf16 there is emulated, 2-3x slower);
+    AVX-512 CPUs without them (oneDNN's bf16 there is emulated, 2.5-4x slower);
     mixed in float32 on CPUs with AVX2 and FMA (AVX-512 ones included); onednn
     in bfloat16 elsewhere; torch otherwise (and wherever the C++ kernels do
     not build). Each rule is a measurement: kernels/mixed_linear.py and

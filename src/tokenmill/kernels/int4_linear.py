@@ -105,7 +105,7 @@ class Int4Linear(nn.Module):
 def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
     """A bias-free copy of ``linear`` in ``dtype``: on the panel kernel for
     bf16 on AVX-512 CPUs without native bf16 (where oneDNN's bf16 is emulated,
-    2-3x slower: kernels/invariant_linear.py), else prepacked for oneDNN where
+    2.5-4x slower per call: kernels/invariant_linear.py), else prepacked for oneDNN where
     torch has it, else a plain nn.Linear."""
     from tokenmill.engine.resolve import cpu_has_bf16_panels
     from tokenmill.kernels.cpu_kernels import load_cpu_kernels

@@ -16,7 +16,7 @@ AVX512-BF16 at every row count measured, 1 to 512: it widens the bf16
 weights on the fly (two k per 32-bit lane: a shift and a mask), while
 oneDNN's bf16 GEMM there is emulated. On an Intel Xeon with AVX-512 and no
 BF16 (docs/PERFORMANCE.md, "bf16 on AVX-512 without BF16"), per call
-2.0-2.9x faster than oneDNN's bf16 at 16-512 rows, and the bf16 decode step
+2.6-4x faster than oneDNN's bf16 at 16-512 rows, and the bf16 decode step
 on panels 1.5x faster than float32 at batch 1. ``panel_linears`` swaps them
 in for that (``--linear-backend panels``, auto there): unlike
 ``make_batch_invariant`` it leaves other matmuls (experts, latent
