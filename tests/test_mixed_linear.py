@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-import tokenmill.engine.core as core_module
+import tokenmill.engine.linears as linears_module
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.resolve import (
@@ -87,7 +87,7 @@ def test_resolution_of_mixed():
 @pytest.mark.skipif(not cpu_has_fast_bf16(), reason="auto picks mixed only on CPUs with AMX or AVX512-BF16")
 def test_auto_falls_back_to_onednn_when_the_second_copy_does_not_fit(monkeypatch):
     config = EngineConfig(model="dummy:tiny", load_format="dummy", dtype="bfloat16", num_kv_blocks=16)
-    monkeypatch.setattr(core_module, "dense_copy_fits", lambda model: False)
+    monkeypatch.setattr(linears_module, "dense_copy_fits", lambda model: False)
     assert LLMEngine(config).core.linear_backend == "onednn"
     # Asked for by name, it is kept whatever the memory.
     named = EngineConfig(model="dummy:tiny", load_format="dummy", dtype="bfloat16", num_kv_blocks=16,

@@ -43,6 +43,7 @@ from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.kv_events import KVEventBatch
 from tokenmill.engine.kv_transfer import KVBlocks, KVLayout, gather, scatter
+from tokenmill.engine.linears import swap_linears
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (
     kv_cache_bytes,
@@ -61,11 +62,7 @@ from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact, verification_rows
 from tokenmill.errors import RequestError
-from tokenmill.kernels.cpu_kernels import load_cpu_kernels
-from tokenmill.kernels.invariant_linear import make_batch_invariant, panel_linears
-from tokenmill.kernels.mixed_linear import mix_linears
-from tokenmill.kernels.packed_linear import prepack_linears
-from tokenmill.kernels.quantize import dense_copy_fits, quantize_model
+from tokenmill.kernels.quantize import dense_copy_fits
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import SpeculativeConfig, parse_speculative_config
@@ -100,8 +97,8 @@ class EngineCore:
         draft_model = self._make_draft(spec, config, linear_backend) if spec is not None else None
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
-        self.linear_backend = self._swap_linears(self.model, config.quantization, config.linear_backend,
-                                                 linear_backend, invariant_kernels, self.int4_dense_prefill)
+        self.linear_backend = swap_linears(self.model, config.quantization, config.linear_backend,
+                                           linear_backend, invariant_kernels, self.int4_dense_prefill)
         """What runs the linears: mixed | panels | onednn | torch | invariant | int8 | int4."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
@@ -156,31 +153,9 @@ class EngineCore:
         draft = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
                                  device=self.device, dtype=self.dtype, seed=config.seed)
         if spec.method == "draft_model":
-            self._swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
-                               None, spec.quantization == "int4" and dense_copy_fits(draft))
+            swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
+                         None, spec.quantization == "int4" and dense_copy_fits(draft))
         return draft
-
-    @staticmethod
-    def _swap_linears(model: nn.Module, quantization: str | None, requested: str, backend: str, invariant_kernels,
-                      keep_dense: bool) -> str:
-        """Replace ``model``'s linears: quantized, then batch-invariant or for
-        ``backend`` (``requested``: the config's linear_backend); returns the
-        backend in use (an automatic mixed becomes onednn when its second weight
-        copy does not fit in memory)."""
-        if quantization is not None:
-            quantize_model(model, quantization, keep_dense=keep_dense)
-        if invariant_kernels is not None:
-            make_batch_invariant(model, invariant_kernels)
-        if backend == "mixed" and requested == "auto" and not dense_copy_fits(model):
-            log.info("linears: onednn (a second weight layout for mixed linears would not fit in memory)")
-            backend = "onednn"
-        if backend == "mixed":
-            mix_linears(model, load_cpu_kernels())
-        elif backend == "panels":
-            panel_linears(model, load_cpu_kernels())
-        elif backend == "onednn":
-            prepack_linears(model)
-        return backend
 
     def _resolve_limits(self, config: EngineConfig, name: str, extra_bytes_per_token: int) -> EngineConfig:
         """Fill in KV block count and max_model_len; every request that passes
