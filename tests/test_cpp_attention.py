@@ -76,6 +76,19 @@ def test_matches_float64_reference(kernel, d, dtype, tol, hq, hkv):
     torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
 
 
+# Block sizes that do not divide the kernel's 16-row groups, and query groups larger than
+# the V pass takes at once (4 rows of head_dim 64, 2 of 128): 5 and 8 query heads per KV head.
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("block_size", [5, 32])
+@pytest.mark.parametrize("hq,hkv", [(10, 2), (8, 1)])
+def test_odd_block_sizes_and_large_query_groups(kernel, d, block_size, hq, hkv):
+    lens = [1, 5, 33, 70]
+    q, kc, vc, tables, ctx = random_case(len(lens), hq, hkv, d, block_size, lens, torch.float32, seed=1)
+    out = kernel(q, kc, vc, tables, ctx, block_size, d**-0.5)
+    ref = reference(q, kc, vc, tables, ctx, block_size, d**-0.5)
+    torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
+
+
 def test_softmax_is_stable_for_large_scores(kernel):
     # Scores ~ +-1e3: a naive exp overflows; the result must stay finite and exact.
     q, kc, vc, tables, ctx = random_case(2, 4, 2, 64, 16, [40, 9], torch.float32)

@@ -16,7 +16,8 @@
 // stride (equal for K and V), each (block, head) a contiguous [block_size, D] run.
 // Slot = block * block_size + offset: row `offset` of that block's run.
 // Query head h*G + g (G = Hq / Hkv) reads KV head h, as in grouped-query attention.
-// Work item = (sequence, KV head): its G query rows share every K/V row read.
+// Work item = (sequence, KV head): its G query rows share every K/V row read
+// (the AVX-512 path reads and widens each row once for all G of them).
 // Scores, softmax and the output accumulate in float32.
 #include "ops.h"
 #include "vec.h"
@@ -87,57 +88,159 @@ using tokenmill::exp16;
 using tokenmill::load16;
 using tokenmill::tail_mask;
 
+// Lane i of the result = the sum of v[i]'s 16 lanes: a transposing reduction (15
+// steps of two permutes and an add for 16 rows, where one horizontal sum per row
+// costs about eight shuffles and adds).
+inline __m512 sum_lanes16(__m512 v[16]) {
+    // Each level halves the vectors and the lanes per row: [a(8), b(8)], then
+    // [a(4), b(4), c(4), d(4)], then 2 lanes per row, then one.
+    const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i hi8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    const __m512i lo4 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+    const __m512i hi4 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    const __m512i lo2 = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+    const __m512i hi2 = _mm512_setr_epi32(2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    const __m512i lo1 = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i hi1 = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i lo[4] = {lo8, lo4, lo2, lo1}, hi[4] = {hi8, hi4, hi2, hi1};
+    for (int level = 0, n = 16; level < 4; ++level, n /= 2)
+        for (int i = 0; i < n / 2; ++i)
+            v[i] = _mm512_add_ps(_mm512_permutex2var_ps(v[2 * i], lo[level], v[2 * i + 1]),
+                                 _mm512_permutex2var_ps(v[2 * i], hi[level], v[2 * i + 1]));
+    return v[0];
+}
+
+// Walks a sequence's rows t = 0, 1, ... through its block table without a division
+// per row (a 64-bit divide costs tens of cycles, more than a row's dot product).
+template <typename T>
+struct RowCursor {
+    const T* head;  // this head's run in block 0
+    const int64_t* table;
+    int64_t block_size, block_stride, block = 0, offset = 0;
+    const T* row(int64_t D) const { return head + table[block] * block_stride + offset * D; }
+    void next() {
+        if (++offset == block_size) offset = 0, ++block;
+    }
+};
+
+// Scores s[g, t] = q_g . k_t (q already scaled) for the G query rows over L K rows,
+// 16 rows at a time: each K row is read (and widened, for bf16) once for all G rows,
+// and each row's dot product stays a 16-lane vector until one transposing
+// reduction gives the 16 scores. The K pass also prefetches the next 16 K rows and
+// this group's V rows: a block's run sits a block stride (all parts and heads of a
+// block) from the next, so the hardware prefetcher, which follows addresses, stops
+// at every run (measured inside SmolLM2 decode steps: attention 18-30% faster with
+// this than without in bf16, 4-7% in float32). Against one horizontal sum per K row
+// and a K/V pass per query row, this measured 1.5x faster in bf16 and 1.15x in
+// float32 (docs/PERFORMANCE.md, "Decode attention on AVX-512").
+template <int NC, typename T>
+void scores_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
+                   int64_t block_size, int64_t block_stride, float* scores) {
+    constexpr int64_t D = 16 * NC;
+    alignas(64) float widened[std::is_same_v<T, float> ? 1 : 16 * D];  // 16 K rows in float32 (bf16 caches)
+    RowCursor<T> k_row{kh, table, block_size, block_stride}, v_row{vh, table, block_size, block_stride};
+    RowCursor<T> k_ahead = k_row;  // 16 rows ahead of k_row: the rows to prefetch
+    for (int j = 0; j < 16 && j < L; ++j) k_ahead.next();
+    for (int64_t t0 = 0; t0 < L; t0 += 16) {
+        const int n = static_cast<int>(std::min<int64_t>(16, L - t0));
+        const float* k[16];
+        for (int j = 0; j < n; ++j, k_row.next(), v_row.next()) {
+            const T* row = k_row.row(D);
+            if (t0 + 16 + j < L) {
+                prefetch_row(k_ahead.row(D), D);
+                k_ahead.next();
+            }
+            prefetch_row(v_row.row(D), D);
+            if constexpr (std::is_same_v<T, float>) {
+                k[j] = row;
+            } else {
+                for (int c = 0; c < NC; ++c) _mm512_store_ps(widened + j * D + 16 * c, load16(row + 16 * c));
+                k[j] = widened + j * D;
+            }
+        }
+        for (int64_t g = 0; g < G; ++g) {
+            __m512 q[NC];
+            for (int c = 0; c < NC; ++c) q[c] = _mm512_loadu_ps(qf + g * D + 16 * c);
+            __m512 dot[16];
+            for (int j = 0; j < 16; ++j) {
+                if (j >= n) {
+                    dot[j] = _mm512_setzero_ps();
+                    continue;
+                }
+                __m512 acc = _mm512_mul_ps(q[0], _mm512_loadu_ps(k[j]));
+                for (int c = 1; c < NC; ++c) acc = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(k[j] + 16 * c), acc);
+                dot[j] = acc;
+            }
+            _mm512_mask_storeu_ps(scores + g * L + t0, tail_mask(n), sum_lanes16(dot));
+        }
+    }
+}
+
+// s[t] <- softmax(s)[t] over L scores, in place.
+inline void softmax_avx512(float* sg, int64_t L) {
+    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t t = 0; t < L; t += 16)
+        mx = _mm512_mask_max_ps(mx, tail_mask(L - t), mx, _mm512_maskz_loadu_ps(tail_mask(L - t), sg + t));
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t t = 0; t < L; t += 16) {
+        const __mmask16 k = tail_mask(L - t);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), m));
+        _mm512_mask_storeu_ps(sg + t, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
+    for (int64_t t = 0; t < L; t += 16)
+        _mm512_mask_storeu_ps(sg + t, tail_mask(L - t), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(L - t), sg + t), inv));
+}
+
+// Output rows of[g] = sum_t p[g, t] v_t for GN query rows at once (GN x NC accumulators
+// in registers): each V row is read and widened once for all of them.
+template <int NC, int GN, typename T>
+void weigh_values(const float* p, int64_t L, const T* vh, const int64_t* table, int64_t block_size,
+                  int64_t block_stride, float* of) {
+    constexpr int64_t D = 16 * NC;
+    __m512 acc[GN][NC];
+    for (int g = 0; g < GN; ++g)
+        for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < L; t0 += block_size) {
+        const T* vb = vh + table[t0 / block_size] * block_stride;
+        const int64_t n = std::min(block_size, L - t0);
+        for (int64_t j = 0; j < n; ++j) {
+            __m512 v[NC];
+            for (int c = 0; c < NC; ++c) v[c] = load16(vb + j * D + 16 * c);
+            for (int g = 0; g < GN; ++g) {
+                const __m512 w = _mm512_set1_ps(p[g * L + t0 + j]);
+                for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(w, v[c], acc[g][c]);
+            }
+        }
+    }
+    for (int g = 0; g < GN; ++g)
+        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(of + g * D + 16 * c, acc[g][c]);
+}
+
+// Query rows per V pass: at most 16 accumulators (4 rows of head_dim 64, 2 of 128).
+template <int NC>
+constexpr int kValueRows = 16 / NC;
+
+template <int NC, typename T, int GN = 1>
+void weigh_values_dispatch(int gn, const float* p, int64_t L, const T* vh, const int64_t* table,
+                           int64_t block_size, int64_t block_stride, float* of) {
+    if constexpr (GN <= kValueRows<NC>) {
+        if (gn == GN) return weigh_values<NC, GN>(p, L, vh, table, block_size, block_stride, of);
+        return weigh_values_dispatch<NC, T, GN + 1>(gn, p, L, vh, table, block_size, block_stride, of);
+    }
+}
 
 template <int NC, typename T>
 void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
                    int64_t G, int64_t block_size, int64_t block_stride, float* scores, float* of) {
     constexpr int64_t D = 16 * NC;
-    for (int64_t g = 0; g < G; ++g) {
-        __m512 q[NC];
-        for (int c = 0; c < NC; ++c) q[c] = _mm512_loadu_ps(qf + g * D + 16 * c);
-        float* sg = scores + g * L;
-        for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // K rows, block by block, in place
-            const T* kb = kh + table[t0 / block_size] * block_stride;
-            const int64_t n = std::min(block_size, L - t0);
-            // The first pass (g == 0) reads K from memory: fetch the next K block and
-            // this V block (for the V pass) a row at a time beside it. Each block's run
-            // sits a block stride (all parts and heads of a block) from the next, so
-            // the hardware prefetcher, which follows addresses, stops at every run;
-            // measured inside SmolLM2 decode steps: attention 18-30% faster with this
-            // than without in bf16, 4-7% in float32 (a head-major layout needs none).
-            const T* k_next = g == 0 && t0 + block_size < L ? kh + table[t0 / block_size + 1] * block_stride : nullptr;
-            const T* v_this = g == 0 ? vh + table[t0 / block_size] * block_stride : nullptr;
-            for (int64_t j = 0; j < n; ++j) {
-                if (k_next != nullptr) prefetch_row(k_next + j * D, D);
-                if (v_this != nullptr) prefetch_row(v_this + j * D, D);
-                __m512 acc = _mm512_mul_ps(q[0], load16(kb + j * D));
-                for (int c = 1; c < NC; ++c) acc = _mm512_fmadd_ps(q[c], load16(kb + j * D + 16 * c), acc);
-                sg[t0 + j] = _mm512_reduce_add_ps(acc);
-            }
-        }
-        __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-        for (int64_t t = 0; t < L; t += 16)
-            mx = _mm512_mask_max_ps(mx, tail_mask(L - t), mx, _mm512_maskz_loadu_ps(tail_mask(L - t), sg + t));
-        const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-        __m512 sum = _mm512_setzero_ps();
-        for (int64_t t = 0; t < L; t += 16) {
-            const __mmask16 k = tail_mask(L - t);
-            const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), m));
-            _mm512_mask_storeu_ps(sg + t, k, e);
-            sum = _mm512_mask_add_ps(sum, k, sum, e);
-        }
-        const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
-        __m512 acc[NC];
-        for (int c = 0; c < NC; ++c) acc[c] = _mm512_setzero_ps();
-        for (int64_t t0 = 0; t0 < L; t0 += block_size) {  // V rows, in place
-            const T* vb = vh + table[t0 / block_size] * block_stride;
-            const int64_t n = std::min(block_size, L - t0);
-            for (int64_t j = 0; j < n; ++j) {
-                const __m512 p = _mm512_set1_ps(sg[t0 + j]);
-                for (int c = 0; c < NC; ++c) acc[c] = _mm512_fmadd_ps(p, load16(vb + j * D + 16 * c), acc[c]);
-            }
-        }
-        for (int c = 0; c < NC; ++c) _mm512_storeu_ps(of + g * D + 16 * c, _mm512_mul_ps(acc[c], inv));
+    scores_avx512<NC>(qf, kh, vh, table, L, G, block_size, block_stride, scores);
+    for (int64_t g = 0; g < G; ++g) softmax_avx512(scores + g * L, L);
+    for (int64_t g0 = 0; g0 < G; g0 += kValueRows<NC>) {
+        const int gn = static_cast<int>(std::min<int64_t>(kValueRows<NC>, G - g0));
+        weigh_values_dispatch<NC, T>(gn, scores + g0 * L, L, vh, table, block_size, block_stride, of + g0 * D);
     }
 }
 #endif
