@@ -49,32 +49,43 @@ def main(argv=None) -> None:
     engine.step()
     while engine.core.scheduler.waiting:  # finish every prefill before timing decodes
         engine.step()
-    kernel_s = [0.0]  # time inside the C++ decode attention, when it is in use
-    kernel = engine.core.runner.decode_kernel
-    if kernel is not None:
-        def timed_kernel(*a):
-            t0 = time.perf_counter()
-            out = kernel(*a)
-            kernel_s[0] += time.perf_counter() - t0
-            return out
-
-        engine.core.runner.decode_kernel = timed_kernel
+    kernel_s = time_attention(engine)  # time inside the C++ decode attention, when it is in use
     times, attention = [], []
     for _ in range(args.steps):
-        kernel_s[0] = 0.0
+        if kernel_s is not None:
+            kernel_s[0] = 0.0
         t = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - t)
-        attention.append(kernel_s[0])
+        attention.append(kernel_s[0] if kernel_s is not None else 0.0)
     step = statistics.median(times)
     label = (f"{engine.core.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
              + f" attention {engine.core.attention_backend}, fused ops {engine.core.fused_ops}"
              + f", linears {engine.core.linear_backend}")
-    split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel is not None else ""
+    split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel_s is not None else ""
     print(f"{label} threads {args.threads} batch {args.batch}: step {step * 1e3:.1f} ms{split} "
           f"-> {args.batch / step:.0f} tok/s")
     if args.profile:
         print_profile(engine, args.profile)
+
+
+def time_attention(engine: LLMEngine) -> list[float] | None:
+    """Wrap the engine's C++ attention kernel so that each call adds its seconds
+    to the returned one-element list (the caller resets it per step); None when
+    the engine runs torch's attention instead."""
+    kernel = engine.core.runner.decode_kernel
+    if kernel is None:
+        return None
+    seconds = [0.0]
+
+    def timed_kernel(*a):
+        t0 = time.perf_counter()
+        out = kernel(*a)
+        seconds[0] += time.perf_counter() - t0
+        return out
+
+    engine.core.runner.decode_kernel = timed_kernel
+    return seconds
 
 
 def print_profile(engine: LLMEngine, steps: int) -> None:

@@ -1,6 +1,7 @@
 """Where an Offline run's time goes: engine steps grouped by kind (steps that
 prefill vs decode-only steps, by decode batch size), with time, steps and
-tokens/s per group. No peers; the same workload as engine_vs_hf's Offline run.
+tokens/s per group, and the time per step inside the C++ paged attention when
+the engine runs it. No peers; the same workload as engine_vs_hf's Offline run.
 
     python -m benchmarks.offline_steps --num-requests 256
 """
@@ -13,6 +14,7 @@ from collections import defaultdict
 
 import torch
 
+from benchmarks.decode_step import time_attention
 from benchmarks.engine_vs_hf import make_workload
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
@@ -46,13 +48,16 @@ def main(argv=None) -> None:
                                        args.output_len):
         engine.add_request(None, prompt, SamplingParams(max_tokens=n_out, temperature=0.0, ignore_eos=True))
 
+    attention_s = time_attention(engine)  # time inside the C++ attention kernel during the current step
     scheduled = []  # the scheduler's output of the step being timed
     schedule = engine.core.scheduler.schedule
     engine.core.scheduler.schedule = lambda: scheduled.append(schedule()) or scheduled[-1]
-    # group -> [steps, seconds, prompt tokens, output tokens]
-    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
+    # group -> [steps, seconds, prompt tokens, output tokens, attention seconds]
+    groups: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0, 0.0])
     start = time.perf_counter()
     while engine.has_unfinished_requests():
+        if attention_s is not None:
+            attention_s[0] = 0.0
         t = time.perf_counter()
         outputs = engine.step()
         seconds = time.perf_counter() - t
@@ -65,12 +70,16 @@ def main(argv=None) -> None:
         g[1] += seconds
         g[2] += prefill_tokens
         g[3] += len(outputs)
+        g[4] += attention_s[0] if attention_s is not None else 0.0
     total = time.perf_counter() - start
     print(f"{engine.core.dtype}, fused ops {engine.core.fused_ops}, {args.num_requests} requests: {total:.1f} s")
-    print(f"{'steps':<28}{'count':>7}{'seconds':>9}{'share':>7}{'ms/step':>9}{'prompt tok/s':>14}{'output tok/s':>14}")
+    attention = "attention ms/step" if attention_s is not None else ""
+    print(f"{'steps':<28}{'count':>7}{'seconds':>9}{'share':>7}{'ms/step':>9}{'prompt tok/s':>14}{'output tok/s':>14}"
+          f"{attention:>19}")
     for name in (k for k in _KINDS if k in groups):
-        n, s, p, o = groups[name]
-        print(f"{name:<28}{n:>7}{s:>9.1f}{s / total:>7.0%}{s / n * 1e3:>9.0f}{p / s:>14.0f}{o / s:>14.0f}")
+        n, s, p, o, a = groups[name]
+        split = f"{a / n * 1e3:>19.0f}" if attention_s is not None else ""
+        print(f"{name:<28}{n:>7}{s:>9.1f}{s / total:>7.0%}{s / n * 1e3:>9.0f}{p / s:>14.0f}{o / s:>14.0f}{split}")
 
 
 if __name__ == "__main__":

@@ -84,8 +84,9 @@ inline void prefetch_row(const T* row, int64_t D) {
 #if defined(__AVX512F__)
 // ---- AVX-512 path: head_dim = 16 * NC, NC in {4, 8} ------------------------
 
-using tokenmill::exp16;
+using tokenmill::exp_shifted_sum16;
 using tokenmill::load16;
+using tokenmill::max16;
 using tokenmill::tail_mask;
 
 // Lane i of the result = the sum of v[i]'s 16 lanes: a transposing reduction (15
@@ -178,18 +179,7 @@ void scores_avx512(const float* qf, const T* kh, const T* vh, const int64_t* tab
 
 // s[t] <- softmax(s)[t] over L scores, in place.
 inline void softmax_avx512(float* sg, int64_t L) {
-    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    for (int64_t t = 0; t < L; t += 16)
-        mx = _mm512_mask_max_ps(mx, tail_mask(L - t), mx, _mm512_maskz_loadu_ps(tail_mask(L - t), sg + t));
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < L; t += 16) {
-        const __mmask16 k = tail_mask(L - t);
-        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sg + t), m));
-        _mm512_mask_storeu_ps(sg + t, k, e);
-        sum = _mm512_mask_add_ps(sum, k, sum, e);
-    }
-    const __m512 inv = _mm512_set1_ps(1.f / _mm512_reduce_add_ps(sum));
+    const __m512 inv = _mm512_set1_ps(1.f / exp_shifted_sum16(sg, L, max16(sg, L)));
     for (int64_t t = 0; t < L; t += 16)
         _mm512_mask_storeu_ps(sg + t, tail_mask(L - t), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(L - t), sg + t), inv));
 }

@@ -7,6 +7,7 @@
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 namespace tokenmill {
@@ -61,6 +62,27 @@ inline __m512 exp16(__m512 x) {
 }
 
 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+// The largest of s[0, n), n >= 1.
+inline float max16(const float* s, int64_t n) {
+    __m512 mx = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t j = 0; j < n; j += 16)
+        mx = _mm512_mask_max_ps(mx, tail_mask(n - j), mx, _mm512_maskz_loadu_ps(tail_mask(n - j), s + j));
+    return _mm512_reduce_max_ps(mx);
+}
+
+// s[j] <- e^(s[j] - m) for j < n (m >= every s[j]: a softmax's shift); returns their sum.
+inline float exp_shifted_sum16(float* s, int64_t n, float m) {
+    const __m512 mv = _mm512_set1_ps(m);
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 k = tail_mask(n - j);
+        const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + j), mv));
+        _mm512_mask_storeu_ps(s + j, k, e);
+        sum = _mm512_mask_add_ps(sum, k, sum, e);
+    }
+    return _mm512_reduce_add_ps(sum);
+}
 
 }  // namespace tokenmill
 #endif
