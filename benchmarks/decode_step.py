@@ -3,8 +3,10 @@
     python -m benchmarks.decode_step --threads 2 --batch 32
     python -m benchmarks.decode_step --threads 2 --batch 1 --quantization int4
 
-Adds BATCH requests with the same 128-token prompt, runs their prefill, then
-times 30 decode steps and prints the median step and output tokens/s.
+Adds BATCH requests with the same 128-token prompt (``--prompt-len``; with
+``--distinct-prompts`` each its own, so that each reads its own KV blocks, as
+in a served batch, not one shared prefix), runs their prefill, then times 30
+decode steps and prints the median step and output tokens/s.
 ``--profile N`` then runs N more steps under torch.profiler and prints the
 self CPU time by op (where a step's time goes):
 
@@ -35,6 +37,9 @@ def main(argv=None) -> None:
     ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])
     ap.add_argument("--linear-backend", default="auto", choices=LINEAR_BACKENDS)
     ap.add_argument("--deterministic", action="store_true", help="batch-invariant kernels (--deterministic)")
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--distinct-prompts", action="store_true",
+                    help="a different prompt per request (else one shared prompt: its KV blocks are shared)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="then profile N more steps and print the self CPU time by op")
     args = ap.parse_args(argv)
@@ -44,8 +49,9 @@ def main(argv=None) -> None:
                                     fused_ops=args.fused_ops, linear_backend=args.linear_backend,
                                     deterministic=args.deterministic))
     params = SamplingParams(max_tokens=args.steps + args.profile + 8, temperature=0.0, ignore_eos=True)
-    for _ in range(args.batch):
-        engine.add_request(None, list(range(100, 228)), params)
+    for i in range(args.batch):
+        start = i * args.prompt_len if args.distinct_prompts else 0
+        engine.add_request(None, [100 + t % 40000 for t in range(start, start + args.prompt_len)], params)
     engine.step()
     while engine.core.scheduler.waiting:  # finish every prefill before timing decodes
         engine.step()
