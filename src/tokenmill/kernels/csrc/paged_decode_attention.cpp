@@ -132,8 +132,8 @@ struct RowCursor {
 // block) from the next, so the hardware prefetcher, which follows addresses, stops
 // at every run (measured inside SmolLM2 decode steps: attention 18-30% faster with
 // this than without in bf16, 4-7% in float32). Against one horizontal sum per K row
-// and a K/V pass per query row, this measured 1.5x faster in bf16 and 1.15x in
-// float32 (docs/PERFORMANCE.md, "Decode attention on AVX-512").
+// and a K/V pass per query row, this measured 1.3-1.5x faster in bf16 and 1.15-1.2x
+// in float32 at batch 32-256 (docs/PERFORMANCE.md, "Decode attention on AVX-512").
 template <int NC, typename T>
 void scores_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
                    int64_t block_size, int64_t block_stride, float* scores) {
