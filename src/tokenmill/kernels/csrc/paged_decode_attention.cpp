@@ -130,8 +130,9 @@ struct RowCursor {
 // reduction gives the 16 scores. The K pass also prefetches the next 16 K rows and
 // this group's V rows: a block's run sits a block stride (all parts and heads of a
 // block) from the next, so the hardware prefetcher, which follows addresses, stops
-// at every run (measured inside SmolLM2 decode steps: attention 18-30% faster with
-// this than without in bf16, 4-7% in float32). Against one horizontal sum per K row
+// at every run (the earlier kernel's prefetch of the next block, measured inside
+// SmolLM2 decode steps: attention 18-30% faster with it than without in bf16, 4-7%
+// in float32). Against one horizontal sum per K row
 // and a K/V pass per query row, this measured 1.3-1.5x faster in bf16 and 1.15-1.2x
 // in float32 at batch 32-256 (docs/PERFORMANCE.md, "Decode attention on AVX-512").
 template <int NC, typename T>
