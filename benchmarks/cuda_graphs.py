@@ -32,11 +32,14 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def offline(engine: LLMEngine, num_requests: int, input_len: int, output_len: int) -> dict:
-    """Every request added at once (distinct prompts: no prefix hits), run to
-    completion; output tokens per second of wall time."""
+def offline(engine: LLMEngine, num_requests: int, input_len: int, output_len: int, first: int = 0) -> dict:
+    """Every request added at once, run to completion; output tokens per second
+    of wall time. Prompts ``first .. first + num_requests - 1`` of one family of
+    distinct prompts: runs over disjoint ranges share no prefix (a run that
+    repeats an earlier one's prompts would mostly hit the prefix cache)."""
     vocab = engine.core.arch.vocab_size
-    prompts = [[(1000 + 7919 * i + j) % vocab for j in range(input_len)] for i in range(num_requests)]
+    prompts = [[(1000 + 7919 * i + j) % vocab for j in range(input_len)]
+               for i in range(first, first + num_requests)]
     params = SamplingParams(max_tokens=output_len, temperature=0.0, ignore_eos=True)
     _sync()
     start = time.perf_counter()
@@ -81,7 +84,7 @@ def measure(args, mode: str) -> dict:
     for batch in args.batch_sizes:
         decode_steps(engine, batch, 5)  # warm-up
         out["decode_step_ms"][batch] = statistics.median(decode_steps(engine, batch, args.steps)) * 1e3
-    offline(engine, min(args.num_requests, 64), args.input_len, 16)  # warm-up
+    offline(engine, min(args.num_requests, 64), args.input_len, 16, first=args.num_requests)  # warm-up
     out["offline"] = offline(engine, args.num_requests, args.input_len, args.output_len)
     out["batch1_tpot_ms"] = single_stream_tpot_ms(engine, 5, args.input_len, args.output_len)
     print(json.dumps(out), flush=True)

@@ -138,6 +138,14 @@ def test_report_without_price_or_settings():
     assert "LoadGen verdict: VALID" in text
 
 
+def test_fractional_limits_are_printed_as_given():
+    """A 2.8-ms TPOT limit once read "3 ms" in the good rule and the sweep's title."""
+    result = _result()
+    result = dataclasses.replace(result, settings={**result.settings, "tpot_ms": 2.8})
+    assert "TTFT <= 550 ms and TPOT <= 2.8 ms" in format_result(result)
+    assert "limits TTFT 550 ms, TPOT 2.8 ms (p99)" in format_sweep([result])
+
+
 def test_report_reads_workload_stats_flattened_or_nested():
     flat = {k: v for k, v in WORKLOAD.items() if k != "stats"} | WORKLOAD["stats"]  # as runner.py saves it
     for workload in (WORKLOAD, flat):
@@ -155,6 +163,7 @@ def test_sweep_has_one_row_per_point():
     rows = [_cells(_line(text, q)) for q in ("1.00", "2.00", "4.00")]
     assert [r[-1].strip() for r in rows] == ["VALID", "VALID", "INVALID"]
     assert [c.strip() for c in rows[0][1:6]] == ["91.0", "1.00", "991.0", "20.0", "0.50"]
+    assert "limits TTFT 550 ms, TPOT 50 ms (p99)" in text
     with pytest.raises(ValueError, match="no results"):
         format_sweep([])
 

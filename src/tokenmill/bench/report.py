@@ -59,6 +59,11 @@ def fmt_num(value: float | None, digits: int = 1) -> str:
     return MISSING if value is None else f"{value:,.{digits}f}"
 
 
+def fmt_limit(value: float | None) -> str:
+    """A latency limit as given (2.8 stays 2.8, 200 stays 200)."""
+    return MISSING if value is None else f"{value:,g}"
+
+
 def fmt_pct(p: Percentiles | None, key: str) -> str:
     """One percentile (ms) of a Percentiles, or '-' when there were no values."""
     return MISSING if p is None else f"{getattr(p, key):,.1f}"
@@ -188,7 +193,7 @@ def _results_block(r: BenchResult) -> list[str]:
     if r.scenario == "offline":
         good_rule = "offline: every successful query"
     else:
-        good_rule = f"TTFT <= {fmt_num(s.get('ttft_ms'), 0)} ms and TPOT <= {fmt_num(s.get('tpot_ms'), 0)} ms"
+        good_rule = f"TTFT <= {fmt_limit(s.get('ttft_ms'))} ms and TPOT <= {fmt_limit(s.get('tpot_ms'))} ms"
     return _pairs("Results", [
         ("queries", f"{m.num_queries} ({ok} ok, {m.num_errors} failed)"),
         ("duration", f"{m.duration_s:,.2f} s"),
@@ -285,8 +290,8 @@ def format_sweep(results: list[BenchResult]) -> str:
     first = results[0]
     s = first.settings or {}
     title = (f"Sweep: {first.scenario}, {target_label(first)}, workload "
-             f"{(first.workload or {}).get('name', MISSING)}; limits TTFT {fmt_num(s.get('ttft_ms'), 0)} ms, "
-             f"TPOT {fmt_num(s.get('tpot_ms'), 0)} ms (p99)")
+             f"{(first.workload or {}).get('name', MISSING)}; limits TTFT {fmt_limit(s.get('ttft_ms'))} ms, "
+             f"TPOT {fmt_limit(s.get('tpot_ms'))} ms (p99)")
     header = [axis, "tokens/s", "req/s", "TTFT p99 ms", "TPOT p99 ms", "goodput req/s", "good", "errors",
               "verdict"]
     return title + "\n" + format_columns(header, rows) + "\n"
