@@ -32,6 +32,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--quantization", default=None, choices=["int8", "int4"])
+    ap.add_argument("--int4-activations", default="auto", choices=["auto", "int8", "float"])
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"])
     ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])
@@ -45,7 +46,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine(EngineConfig(max_num_seqs=256, max_num_batched_tokens=2048, dtype=args.dtype,
-                                    quantization=args.quantization, attention_backend=args.attention_backend,
+                                    quantization=args.quantization, int4_activations=args.int4_activations,
+                                    attention_backend=args.attention_backend,
                                     fused_ops=args.fused_ops, linear_backend=args.linear_backend,
                                     deterministic=args.deterministic))
     params = SamplingParams(max_tokens=args.steps + args.profile + 8, temperature=0.0, ignore_eos=True)
@@ -66,6 +68,7 @@ def main(argv=None) -> None:
         attention.append(kernel_s[0] if kernel_s is not None else 0.0)
     step = statistics.median(times)
     label = (f"{engine.core.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
+             + (f" ({args.int4_activations} activations)" if args.quantization == "int4" else "")
              + f" attention {engine.core.attention_backend}, fused ops {engine.core.fused_ops}"
              + f", linears {engine.core.linear_backend}")
     split = f" (C++ attention {statistics.median(attention) * 1e3:.1f} ms)" if kernel_s is not None else ""

@@ -47,8 +47,9 @@ def test_flags_map_onto_engine_config():
     args = build_parser().parse_args([
         "serve", "--model", "dummy:tiny", "--load-format", "dummy", "--dtype", "float32", "--max-model-len", "256",
         "--num-kv-blocks", "32", "--block-size", "8", "--no-enable-prefix-caching", "--max-waiting-requests", "4",
-        "--max-num-seqs", "3", "--seed", "9", "--port", "0"])
+        "--max-num-seqs", "3", "--seed", "9", "--port", "0", "--quantization", "int4", "--int4-activations", "float"])
     config = engine_config_from_args(args)
+    assert (config.quantization, config.int4_activations) == ("int4", "float")
     assert (config.model, config.load_format, config.dtype) == ("dummy:tiny", "dummy", "float32")
     assert (config.max_model_len, config.num_kv_blocks, config.block_size) == (256, 32, 8)
     assert config.enable_prefix_caching is False

@@ -86,8 +86,8 @@ def test_int4_with_a_dense_copy_runs_many_rows_on_it_and_few_on_the_int4_kernel(
     layer = Int4Linear(linear, torch.bfloat16, keep_dense=True)
     assert layer.dense is not None and Int4Linear(linear, torch.bfloat16).dense is None
     calls = []
-    kernel = torch._weight_int4pack_mm_for_cpu
-    monkeypatch.setattr(torch, "_weight_int4pack_mm_for_cpu", lambda *a: calls.append("int4") or kernel(*a))
+    int4 = layer.int4_matmul
+    monkeypatch.setattr(layer, "int4_matmul", lambda x: calls.append("int4") or int4(x))
     dense = layer.dense.forward
     monkeypatch.setattr(layer.dense, "forward", lambda x: calls.append("dense") or dense(x))
     for rows, path in ((1, "int4"), (DENSE_MIN_ROWS - 1, "int4"), (DENSE_MIN_ROWS, "dense"), (300, "dense")):

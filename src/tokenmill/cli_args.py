@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from tokenmill.config import ATTENTION_BACKENDS, DTYPES, FUSED_OPS, LINEAR_BACKENDS, LOAD_FORMATS, EngineConfig
+from tokenmill.config import (
+    ATTENTION_BACKENDS,
+    DTYPES,
+    FUSED_OPS,
+    INT4_ACTIVATIONS,
+    LINEAR_BACKENDS,
+    LOAD_FORMATS,
+    EngineConfig,
+)
 from tokenmill.serve.tools import ToolConfig
 
 DEFAULT_PORT = 8000
@@ -40,6 +48,10 @@ def _add_model_args(g) -> None:
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
+    g.add_argument("--int4-activations", choices=INT4_ACTIVATIONS, default="auto",
+                   help="what int4 layers multiply their codes with on CPU: int8 (activations quantized per group "
+                        "of 32, AVX512-VNNI dot products, as llama.cpp) or float (weight-only int4); "
+                        "auto: int8 where the C++ kernels have AVX512-VNNI, else float")
 
 
 def _add_kernel_args(g) -> None:
@@ -209,7 +221,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         model=args.model, load_format=args.load_format, tokenizer=args.tokenizer,
         served_model_name=args.served_model_name, device=args.device, dtype=args.dtype,
-        quantization=args.quantization, attention_backend=args.attention_backend, fused_ops=args.fused_ops,
+        quantization=args.quantization, int4_activations=args.int4_activations,
+        attention_backend=args.attention_backend, fused_ops=args.fused_ops,
         linear_backend=args.linear_backend,
         deterministic=args.deterministic, enforce_eager=args.enforce_eager,
         cuda_graph_sizes=tuple(args.cuda_graph_sizes) if args.cuda_graph_sizes else None,

@@ -14,6 +14,7 @@ from tokenmill.spec.config import parse_speculative_config
 LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
+INT4_ACTIVATIONS = ("auto", "int8", "float")
 ATTENTION_BACKENDS = ("auto", "cpp", "torch")
 FUSED_OPS = ("auto", "cpp", "compiled", "torch")
 LINEAR_BACKENDS = ("auto", "mixed", "panels", "onednn", "torch")
@@ -41,6 +42,14 @@ class EngineConfig:
     """None, 'int8' (weight-only int8 linears, per-channel scales) or 'int4'
     (decoder linears int4 in groups of 32, GGUF Q4_1's layout; LM head int8).
     See kernels/quantize.py."""
+    int4_activations: str = "auto"
+    """What int4 layers (``quantization`` int4, self-int4 drafts, int4 draft
+    models) multiply their 4-bit codes with on CPU: auto | int8 | float. int8
+    quantizes each call's activations to int8 per group of 32 and runs the
+    int4 x int8 dot products of AVX512-VNNI (as llama.cpp does for its Q4
+    formats); float keeps them in float32 (weight-only int4, exact up to float
+    rounding). auto: int8 where the C++ kernels have AVX512-VNNI, else float.
+    Speed and quality of each: docs/PERFORMANCE.md."""
     attention_backend: str = "auto"
     """Attention: auto | cpp | torch. cpp is a C++ kernel reading KV blocks in
     place, every token of a step (decode or prefill) one query row over its
@@ -126,6 +135,8 @@ class EngineConfig:
             raise ValueError(f"dtype: must be one of {DTYPES}, got {self.dtype!r}")
         if self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization: must be one of {QUANTIZATIONS}, got {self.quantization!r}")
+        if self.int4_activations not in INT4_ACTIVATIONS:
+            raise ValueError(f"int4_activations: must be one of {INT4_ACTIVATIONS}, got {self.int4_activations!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ValueError(f"attention_backend: must be one of {ATTENTION_BACKENDS}, "
                              f"got {self.attention_backend!r}")

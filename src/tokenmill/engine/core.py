@@ -98,7 +98,8 @@ class EngineCore:
         self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model)
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = swap_linears(self.model, config.quantization, config.linear_backend,
-                                           linear_backend, invariant_kernels, self.int4_dense_prefill)
+                                           linear_backend, invariant_kernels, self.int4_dense_prefill,
+                                           config.int4_activations)
         """What runs the linears: mixed | panels | onednn | torch | invariant | int8 | int4."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
@@ -151,10 +152,11 @@ class EngineCore:
         draft_model's own weights get the target's linear backend, or the
         quantization its config names."""
         draft = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
-                                 device=self.device, dtype=self.dtype, seed=config.seed)
+                                 device=self.device, dtype=self.dtype, seed=config.seed,
+                                 int4_activations=config.int4_activations)
         if spec.method == "draft_model":
             swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
-                         None, spec.quantization == "int4" and dense_copy_fits(draft))
+                         None, spec.quantization == "int4" and dense_copy_fits(draft), config.int4_activations)
         return draft
 
     def _resolve_limits(self, config: EngineConfig, name: str, extra_bytes_per_token: int) -> EngineConfig:

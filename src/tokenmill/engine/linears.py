@@ -17,13 +17,13 @@ log = logging.getLogger(__name__)
 
 
 def swap_linears(model: nn.Module, quantization: str | None, requested: str, backend: str, invariant_kernels,
-                 keep_dense: bool) -> str:
+                 keep_dense: bool, int4_activations: str = "auto") -> str:
     """Replace ``model``'s linears: quantized, then batch-invariant or for
     ``backend`` (``requested``: the config's linear_backend); returns the
     backend in use (an automatic mixed becomes onednn when its second weight
     copy does not fit in memory)."""
     if quantization is not None:
-        quantize_model(model, quantization, keep_dense=keep_dense)
+        quantize_model(model, quantization, keep_dense=keep_dense, int4_activations=int4_activations)
     if invariant_kernels is not None:
         make_batch_invariant(model, invariant_kernels)
     if backend == "mixed" and requested == "auto" and not dense_copy_fits(model):

@@ -8,8 +8,14 @@ weights recovers the shipped 4-bit grid: each group's min and max land on
 codes 0 and 15, so the codes come back unchanged and only the scale and zero are
 rounded, to the compute dtype (bf16 on CPU).
 
-CPU uses torch's packed kernel ``_weight_int4pack_mm_for_cpu`` with bf16
-activations. Elsewhere the weight is dequantized per call (memory saving only).
+CPU: on AVX-512 builds of the C++ kernels, their ``int4_linear``
+(kernels/csrc/int4_linear.cpp): the codes widened in registers, scale and offset
+applied once per group; with AVX512-VNNI the activations are quantized to int8
+per group of 32 (as llama.cpp does for its Q4 formats on CPU) and four products
+go into one instruction (``activations``: EngineConfig.int4_activations;
+docs/PERFORMANCE.md says what each costs and gives). Other CPUs use torch's packed kernel
+``_weight_int4pack_mm_for_cpu`` with bf16 activations. Elsewhere the weight is
+dequantized per call (memory saving only).
 
 That kernel's time grows with every input row (a matrix-vector kernel run per
 row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the same
@@ -54,6 +60,33 @@ def dequantize_groupwise_int4(codes: torch.Tensor, scales: torch.Tensor, zeros: 
     return ((c - 8.0) * scales[..., None].float() + zeros[..., None].float()).view(out_f, in_f)
 
 
+def int4_pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, scale_dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quantize_groupwise_int4's (codes [N, K], scales, zeros [N, K/32]) -> the
+    layout of the C++ int4_linear (kernels/csrc/int4_linear.cpp): packed int32
+    [P, K/8, 16] (P = ceil(N/16) panels of 16 output columns; word j of lane l
+    holds column 16p + l's codes for k = 8j..8j+7, k = 8j + t in bits 4t..4t+3),
+    scales and offsets float32 [P, K/32, 16], offset = zero - 8 * scale so that
+    w = code * scale + offset. Scales and zeros are first rounded to
+    ``scale_dtype``, as torch's packed kernel stores them, so that both kernels
+    compute with one grid. Padding columns: zero codes, scales and offsets."""
+    n, k = codes.shape
+    p = -(-n // 16)
+    scales = scales.to(scale_dtype).float()
+    offsets = zeros.to(scale_dtype).float() - 8.0 * scales
+    pad = p * 16 - n
+    c = torch.nn.functional.pad(codes.to(torch.int64), (0, 0, 0, pad))  # [P*16, K]
+    c = c.view(p, 16, k // 8, 8).permute(0, 2, 1, 3)  # [P, K/8, 16, 8]
+    shifts = torch.arange(0, 32, 4, dtype=torch.int64)  # nibble t at bits 4t
+    words = (c << shifts).sum(-1)  # [P, K/8, 16], < 2**32
+    packed = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
+
+    def panels(t: torch.Tensor) -> torch.Tensor:  # [N, G] -> [P, G, 16]
+        return torch.nn.functional.pad(t, (0, 0, 0, pad)).view(p, 16, -1).transpose(1, 2).contiguous()
+
+    return packed, panels(scales), panels(offsets)
+
+
 def supports_int4(linear: nn.Linear) -> bool:
     """The packed CPU kernel needs whole groups along the input and output
     channels in multiples of 16."""
@@ -61,9 +94,12 @@ def supports_int4(linear: nn.Linear) -> bool:
 
 
 class Int4Linear(nn.Module):
-    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype, keep_dense: bool = False):
+    def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype, keep_dense: bool = False,
+                 activations: str = "auto"):
         """keep_dense: also keep a bf16 copy of the weight for calls of
-        ``DENSE_MIN_ROWS`` rows or more (CPU only)."""
+        ``DENSE_MIN_ROWS`` rows or more (CPU only). activations: auto | int8 |
+        float, what the codes multiply on CPU (int8 needs the C++ kernels with
+        AVX512-VNNI; auto takes it where they have it)."""
         super().__init__()
         if not supports_int4(linear):
             raise ValueError(f"int4: needs in_features % {GROUP_SIZE} == 0 and out_features % 16 == 0, "
@@ -73,33 +109,62 @@ class Int4Linear(nn.Module):
         self.compute_dtype = compute_dtype
         self.bias = linear.bias
         self.on_cpu = linear.weight.device.type == "cpu"
-        if self.on_cpu:
-            # Packed two codes per byte in the kernel's tiled layout: [out, in / 2] uint8.
+        # The C++ int4_linear where it has vector code here, else torch's kernel (CPU) or a
+        # dequantized matmul per call (elsewhere).
+        kernels = _vector_int4_kernels() if self.on_cpu else None
+        self.kernels = kernels
+        vnni = kernels is not None and kernels.int4_linear_isa() == "avx512-vnni"
+        if activations == "int8" and not vnni:
+            raise ValueError("int4_activations: int8 needs the C++ kernels built with AVX512-VNNI on a CPU "
+                             "(here: " + ("not on CPU" if not self.on_cpu else "no VNNI or no kernels") + "); "
+                             "use auto or float")
+        self.int8_activations = vnni and activations in ("auto", "int8")
+        if kernels is not None:
+            packed, scales_p, offsets_p = int4_pack(codes, scales, zeros, compute_dtype)
+            self.register_buffer("packed", packed)
+            self.register_buffer("scales_p", scales_p)
+            self.register_buffer("offsets_p", offsets_p)
+        elif self.on_cpu:
+            # Packed two codes per byte in torch's tiled layout: [out, in / 2] uint8.
             self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(codes, 1))
             # The kernel's scale/zero layout: [in / g, out, 2].
             sz = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
             self.register_buffer("scales_zeros", sz.to(compute_dtype))
-            self.dense = dense_copy(linear, compute_dtype) if keep_dense else None
         else:
             self.register_buffer("codes", codes.to(torch.uint8))
             self.register_buffer("scales", scales.to(compute_dtype))
             self.register_buffer("zeros", zeros.to(compute_dtype))
-            self.dense = None
+        self.dense = dense_copy(linear, compute_dtype) if keep_dense and self.on_cpu else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1]).to(self.compute_dtype)
         if self.dense is not None and x2.shape[0] >= DENSE_MIN_ROWS:
             y = self.dense(x2)
-        elif self.on_cpu:
-            y = torch._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP_SIZE, self.scales_zeros)
         else:
-            w = dequantize_groupwise_int4(self.codes, self.scales, self.zeros).to(self.compute_dtype)
-            y = x2 @ w.t()
+            y = self.int4_matmul(x2)
         y = y.to(x.dtype)
         if self.bias is not None:
             y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
+
+    def int4_matmul(self, x2: torch.Tensor) -> torch.Tensor:
+        """x2 [M, in] in the compute dtype @ the int4 weight^T -> [M, out]."""
+        if self.kernels is not None:
+            return self.kernels.int4_linear(x2.contiguous(), self.packed, self.scales_p, self.offsets_p,
+                                            self.out_features, None, self.int8_activations)
+        if self.on_cpu:
+            return torch._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP_SIZE, self.scales_zeros)
+        w = dequantize_groupwise_int4(self.codes, self.scales, self.zeros).to(self.compute_dtype)
+        return x2 @ w.t()
+
+
+def _vector_int4_kernels():
+    """The C++ kernels when their int4_linear has vector code here (AVX-512),
+    else None (torch's int4 kernel is faster than the portable loops)."""
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+    kernels = load_cpu_kernels()
+    return kernels if kernels is not None and kernels.int4_linear_isa() != "portable" else None
 
 
 def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:

@@ -8,8 +8,11 @@
   width is not a multiple of 32 falls back to int8.
 
 The input embedding stays in full precision: it is a lookup, not a matmul.
-On CPU the quantized matmuls run with bf16 activations (torch's packed kernels
-are fast only there); on other devices weights are dequantized per call.
+On CPU the int8 matmuls run with bf16 activations (torch's packed kernel is fast
+only there), the int4 ones on the C++ int4 kernel with int8 or float
+activations (``int4_activations``; kernels/int4_linear.py) or, without its
+vector code, torch's with bf16; on other devices weights are dequantized per
+call.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ def _compute_dtype(model: nn.Module) -> torch.dtype:
     return torch.bfloat16 if p.device.type == "cpu" else p.dtype
 
 
-def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype, keep_dense: bool) -> nn.Module:
+def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype, keep_dense: bool,
+                    int4_activations: str) -> nn.Module:
     if method == "int4" and supports_int4(linear):
-        return Int4Linear(linear, compute, keep_dense=keep_dense)
+        return Int4Linear(linear, compute, keep_dense=keep_dense, activations=int4_activations)
     return Int8Linear(linear, compute)
 
 
@@ -59,12 +63,13 @@ def _available_memory_bytes() -> int:
     return 0  # unknown: keep no copy
 
 
-def quantize_model(model: nn.Module, method: str, keep_dense: bool = False) -> None:
+def quantize_model(model: nn.Module, method: str, keep_dense: bool = False, int4_activations: str = "auto") -> None:
     """Swap the model's linears for quantized ones (see the module docstring).
-    keep_dense: int4 layers keep a bf16 copy for prefill (kernels/int4_linear.py)."""
+    keep_dense: int4 layers keep a bf16 copy for prefill (kernels/int4_linear.py);
+    int4_activations: auto | int8 | float (EngineConfig.int4_activations)."""
     if method not in METHODS:
         raise ValueError(f"quantization: must be one of {METHODS}, got {method!r}")
     compute = _compute_dtype(model)
     for owner, name in model.decoder_linears():  # the architecture names its own weights
-        setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute, keep_dense))
+        setattr(owner, name, _decoder_linear(getattr(owner, name), method, compute, keep_dense, int4_activations))
     model.lm_head = Int8Linear(model.lm_head, compute)

@@ -46,11 +46,13 @@ class Proposer(Protocol):
 
 def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization: str | None, *,
                      tokenizer_source: str | None = None, device: torch.device | None = None,
-                     dtype: torch.dtype | None = None, seed: int = 0) -> nn.Module | None:
+                     dtype: torch.dtype | None = None, seed: int = 0,
+                     int4_activations: str = "auto") -> nn.Module | None:
     """Check that the method can draft for this target and build or load the
     draft model it needs, before the engine swaps the target's linears for its
     backend; None for methods without one. ``tokenizer_source`` (the target's),
-    ``device``, ``dtype`` and ``seed``: how draft_model loads its model.
+    ``device``, ``dtype`` and ``seed``: how draft_model loads its model;
+    ``int4_activations``: the self-int4 twin's (config.py).
     ValueError naming the ``speculative_config`` field when it cannot run here."""
     if config.method == "self-int4":
         if quantization is not None:
@@ -58,7 +60,7 @@ def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization:
                              f"model; it cannot run with quantization {quantization!r}")
         from tokenmill.spec.model_drafter import int4_twin
 
-        return int4_twin(target)
+        return int4_twin(target, int4_activations)
     if config.method == "mtp":
         from tokenmill.spec.mtp import check_has_mtp
 

@@ -16,5 +16,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("invariant_linear", &tokenmill::invariant_linear,
           "x @ W^T + bias, each element the same sum whatever the batch (CPU)",
           pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("n"), pybind11::arg("bias"));
+    m.def("int4_linear", &tokenmill::int4_linear,
+          "x @ W^T + bias, W as int4 codes in groups of 32 with a scale and offset each (CPU, 1-4 rows)",
+          pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("scales"), pybind11::arg("offsets"),
+          pybind11::arg("n"), pybind11::arg("bias"), pybind11::arg("int8_activations"));
+    m.def("int4_linear_isa", &tokenmill::int4_linear_isa,
+          "int4_linear's vector code on this build: avx512-vnni (int8 activations too), avx512 or portable");
     m.def("argmax_rows", &tokenmill::argmax_rows, "(first index of each row's max, how many columns hold it) (CPU)");
 }

@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include <optional>
+#include <string>
 #include <tuple>
 
 namespace tokenmill {
@@ -27,5 +28,10 @@ std::tuple<torch::Tensor, torch::Tensor> argmax_rows(torch::Tensor x);
 // invariant_linear.cpp
 torch::Tensor pack_invariant_weight(torch::Tensor weight);
 torch::Tensor invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std::optional<torch::Tensor> bias);
+
+// int4_linear.cpp
+std::string int4_linear_isa();
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scales, torch::Tensor offsets,
+                          int64_t N, std::optional<torch::Tensor> bias, bool int8_activations);
 
 }  // namespace tokenmill

@@ -1,0 +1,115 @@
+"""The C++ int4_linear (kernels/csrc/int4_linear.cpp) against float64 references:
+the float-activation path against the dequantized weight, the int8-activation
+path (AVX512-VNNI builds) against the same arithmetic emulated in float64, both
+batch-invariant, in float32 and bf16, with bias, for widths that are not whole
+panels."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+from tokenmill.kernels.int4_linear import dequantize_groupwise_int4, int4_pack, quantize_groupwise_int4
+
+kernels = load_cpu_kernels()
+pytestmark = pytest.mark.skipif(kernels is None, reason="C++ kernels unavailable (no compiler)")
+SHAPES = [(48, 96), (40, 64), (576, 576), (200, 1536)]  # (N, K): N % 16 != 0 for 40 and 200
+
+
+def _layer(n: int, k: int, seed: int):
+    torch.manual_seed(seed)
+    weight = torch.randn(n, k) * 0.05
+    codes, scales, zeros = quantize_groupwise_int4(weight)
+    packed, scales_p, offsets_p = int4_pack(codes, scales, zeros, torch.bfloat16)
+    # The grid both kernels compute with: scales and zeros rounded to bf16.
+    dense = dequantize_groupwise_int4(codes, scales.bfloat16().float(), zeros.bfloat16().float()).double()
+    return (packed, scales_p, offsets_p), dense, codes, scales.bfloat16().double(), zeros.bfloat16().double()
+
+
+def _int8_reference(x: torch.Tensor, codes, scales, zeros) -> torch.Tensor:
+    """float64 emulation of the int8-activation path: x quantized per group of 32
+    (scale max|x| / 127, round half to even, as std::nearbyint), integer sums of
+    code * q, then scale * x_scale * sum + (zero - 8 * scale) * sum(x)."""
+    m, k = x.shape
+    xg = x.double().view(m, k // 32, 32)
+    amax = xg.abs().amax(-1, keepdim=True)
+    xs = torch.where(amax > 0, (amax.float() / 127).double(), torch.ones_like(amax))
+    q = torch.round((xg.float() / xs.float()).double()).clamp(-127, 127)  # [M, G, 32]
+    c = codes.double().view(codes.shape[0], k // 32, 32)  # [N, G, 32]
+    sums = torch.einsum("mgk,ngk->mng", q, c)  # exact integers
+    offsets = zeros - 8.0 * scales  # [N, G]
+    return (sums * scales[None] * xs[:, None, :, 0]).sum(-1) + (xg.sum(-1)[:, None, :] * offsets[None]).sum(-1)
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_float_activations_match_the_dequantized_weight(n, k):
+    packed, dense, *_ = _layer(n, k, seed=n + k)
+    bias = torch.randn(n)
+    for m in (1, 2, 3, 4, 7):
+        x = torch.randn(m, k)
+        got = kernels.int4_linear(x, *packed, n, bias, False)
+        assert got.shape == (m, n) and got.dtype == torch.float32
+        expected = x.double() @ dense.t() + bias.double()
+        torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(kernels is None or kernels.int4_linear_isa() != "avx512-vnni", reason="needs AVX512-VNNI")
+@pytest.mark.parametrize("n,k", SHAPES)
+def test_int8_activations_match_their_float64_emulation(n, k):
+    packed, dense, codes, scales, zeros = _layer(n, k, seed=2 * n + k)
+    for m in (1, 3, 4, 6):
+        x = torch.randn(m, k)
+        x[0, :32] = 0.0  # an all-zero group: scale 1, every q 0
+        got = kernels.int4_linear(x, *packed, n, None, True).double()
+        torch.testing.assert_close(got, _int8_reference(x, codes, scales, zeros), rtol=1e-5, atol=1e-4)
+        # and within the activation rounding of the float product: each x moved by at
+        # most half its group's step, times the weights' absolute values.
+        step = x.abs().view(m, k // 32, 32).amax(-1).repeat_interleave(32, dim=1).double() / 127
+        bound = (step / 2) @ dense.abs().t()
+        assert ((got - x.double() @ dense.t()).abs() <= bound + 1e-4).all()
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_every_row_gets_the_same_bits_alone_or_batched_in_float32_and_bf16(int8):
+    if int8 and kernels.int4_linear_isa() != "avx512-vnni":
+        pytest.skip("needs AVX512-VNNI")
+    packed, *_ = _layer(200, 576, seed=5)
+    x = torch.randn(7, 576)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        batched = kernels.int4_linear(xd, *packed, 200, None, int8)
+        assert batched.dtype == dtype
+        for r in range(7):
+            alone = kernels.int4_linear(xd[r:r + 1].contiguous(), *packed, 200, None, int8)
+            assert torch.equal(alone[0], batched[r])
+
+
+def test_bad_shapes_name_what_is_wrong():
+    packed, *_ = _layer(48, 96, seed=1)
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        kernels.int4_linear(torch.randn(1, 80), *packed, 48, None, False)
+    with pytest.raises(RuntimeError, match="panels for N"):
+        kernels.int4_linear(torch.randn(1, 96), *packed, 100, None, False)
+    if kernels.int4_linear_isa() != "avx512-vnni":
+        with pytest.raises(RuntimeError, match="AVX512-VNNI"):
+            kernels.int4_linear(torch.randn(1, 96), *packed, 48, None, True)
+
+
+def test_int4_layers_follow_the_activations_setting():
+    from torch import nn
+
+    from tokenmill.config import EngineConfig
+    from tokenmill.kernels.int4_linear import Int4Linear
+
+    linear = nn.Linear(64, 32)
+    vnni = kernels.int4_linear_isa() == "avx512-vnni"
+    assert Int4Linear(linear, torch.bfloat16).int8_activations is vnni  # auto
+    assert Int4Linear(linear, torch.bfloat16, activations="float").int8_activations is False
+    if vnni:
+        assert Int4Linear(linear, torch.bfloat16, activations="int8").int8_activations is True
+    else:
+        with pytest.raises(ValueError, match="int4_activations: int8 needs"):
+            Int4Linear(linear, torch.bfloat16, activations="int8")
+    with pytest.raises(ValueError, match="int4_activations"):
+        EngineConfig(int4_activations="int3")
