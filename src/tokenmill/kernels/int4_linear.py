@@ -138,25 +138,29 @@ class Int4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        x2 = x.reshape(-1, shape[-1]).to(self.compute_dtype)
+        x2 = x.reshape(-1, shape[-1])
         if self.dense is not None and x2.shape[0] >= DENSE_MIN_ROWS:
-            y = self.dense(x2)
+            y = self.dense(x2.to(self.compute_dtype)).to(x.dtype)
+            y = y if self.bias is None else y + self.bias
         else:
             y = self.int4_matmul(x2)
-        y = y.to(x.dtype)
-        if self.bias is not None:
-            y = y + self.bias
         return y.view(*shape[:-1], self.out_features)
 
     def int4_matmul(self, x2: torch.Tensor) -> torch.Tensor:
-        """x2 [M, in] in the compute dtype @ the int4 weight^T -> [M, out]."""
+        """x2 [M, in] @ the int4 weight^T + bias -> [M, out] in x2's dtype. The
+        C++ kernel reads float32 or bf16 rows and writes their dtype (no casts
+        around it: at batch 1 each cast costs about what a small layer's
+        product does); the other paths compute in the compute dtype."""
         if self.kernels is not None:
             return self.kernels.int4_linear(x2.contiguous(), self.packed, self.scales_p, self.offsets_p,
-                                            self.out_features, None, self.int8_activations)
+                                            self.out_features, self.bias, self.int8_activations)
+        xc = x2.to(self.compute_dtype)
         if self.on_cpu:
-            return torch._weight_int4pack_mm_for_cpu(x2, self.packed, GROUP_SIZE, self.scales_zeros)
-        w = dequantize_groupwise_int4(self.codes, self.scales, self.zeros).to(self.compute_dtype)
-        return x2 @ w.t()
+            y = torch._weight_int4pack_mm_for_cpu(xc, self.packed, GROUP_SIZE, self.scales_zeros)
+        else:
+            y = xc @ dequantize_groupwise_int4(self.codes, self.scales, self.zeros).to(self.compute_dtype).t()
+        y = y.to(x2.dtype)
+        return y if self.bias is None else y + self.bias
 
 
 def _vector_int4_kernels():
