@@ -190,20 +190,28 @@ void tile_float(const Activations& a, int64_t m0, const int32_t* packed, const f
 #if TOKENMILL_INT4_VNNI
 // int8-activations path, R rows x P panels. Per word and panel: the low nibbles of its
 // bytes (k = 8j, +2, +4, +6) by one mask, the high ones (k odd) by a shift and a mask; one
-// vpdpbusd each against the row's matching four int8 activations. Per group: the exact
-// int32 sums (even + odd) times scale * x_scale, plus offset * xsum.
+// vpdpbusd each against the row's matching four int8 activations, both into one int32
+// accumulator per (row, panel) (R x P independent chains hide vpdpbusd's latency; two per
+// pair spilled registers at R = 4). Per group: the exact int32 sum times scale * x_scale,
+// plus offset * xsum.
 template <int R, int P>
 void tile_vnni(const Activations& a, int64_t m0, const int32_t* packed, const float* scales,
                const float* offsets, int64_t panel_words, int64_t panel_groups, float* out) {
     const int64_t G = a.G, W = a.K / kWordK;
     const __m512i low4 = _mm512_set1_epi32(0x0F0F0F0F);
+    const int32_t* xe[R];
+    const int32_t* xo[R];
+    for (int r = 0; r < R; ++r) {
+        xe[r] = a.even.data() + (m0 + r) * W;
+        xo[r] = a.odd.data() + (m0 + r) * W;
+    }
     __m512 y[R][P];
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) y[r][p] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; ++g) {
-        __m512i even[R][P], odd[R][P];
+        __m512i acc[R][P];
         for (int r = 0; r < R; ++r)
-            for (int p = 0; p < P; ++p) even[r][p] = odd[r][p] = _mm512_setzero_si512();
+            for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_si512();
         for (int64_t j = g * (kGroup / kWordK); j < (g + 1) * (kGroup / kWordK); ++j) {
             __m512i lo[P], hi[P];
             for (int p = 0; p < P; ++p) {
@@ -212,21 +220,17 @@ void tile_vnni(const Activations& a, int64_t m0, const int32_t* packed, const fl
                 hi[p] = _mm512_and_si512(_mm512_srli_epi32(w, 4), low4);
             }
             for (int r = 0; r < R; ++r) {
-                const __m512i xe = _mm512_set1_epi32(a.even[(m0 + r) * W + j]);
-                const __m512i xo = _mm512_set1_epi32(a.odd[(m0 + r) * W + j]);
-                for (int p = 0; p < P; ++p) {
-                    even[r][p] = _mm512_dpbusd_epi32(even[r][p], lo[p], xe);
-                    odd[r][p] = _mm512_dpbusd_epi32(odd[r][p], hi[p], xo);
-                }
+                const __m512i e = _mm512_set1_epi32(xe[r][j]), o = _mm512_set1_epi32(xo[r][j]);
+                for (int p = 0; p < P; ++p)
+                    acc[r][p] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[r][p], lo[p], e), hi[p], o);
             }
         }
         for (int p = 0; p < P; ++p) {
             const __m512 s = _mm512_loadu_ps(scales + p * panel_groups + g * kLanes);
             const __m512 o = _mm512_loadu_ps(offsets + p * panel_groups + g * kLanes);
             for (int r = 0; r < R; ++r) {
-                const __m512 sum = _mm512_cvtepi32_ps(_mm512_add_epi32(even[r][p], odd[r][p]));
                 const __m512 sx = _mm512_mul_ps(s, _mm512_set1_ps(a.xscale[(m0 + r) * G + g]));
-                y[r][p] = _mm512_fmadd_ps(sx, sum, y[r][p]);
+                y[r][p] = _mm512_fmadd_ps(sx, _mm512_cvtepi32_ps(acc[r][p]), y[r][p]);
                 y[r][p] = _mm512_fmadd_ps(o, _mm512_set1_ps(a.xsum[(m0 + r) * G + g]), y[r][p]);
             }
         }
