@@ -32,7 +32,7 @@ def main(argv=None) -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--quantization", default=None, choices=["int8", "int4"])
-    ap.add_argument("--int4-activations", default="auto", choices=["auto", "int8", "float"])
+    ap.add_argument("--int4-activations", default="float", choices=["float", "int8"])
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
     ap.add_argument("--attention-backend", default="auto", choices=["auto", "cpp", "torch"])
     ap.add_argument("--fused-ops", default="auto", choices=["auto", "cpp", "torch"])

@@ -41,9 +41,9 @@ PROMPTS = ["What is the capital of France?", "Write a short poem about autumn le
            "Describe the water cycle."]
 VARIANTS = {
     "bf16": {"dtype": "bfloat16"},
-    "int4, torch kernel": {"dtype": "bfloat16", "quantization": "int4", "torch_kernel": True},
-    "int4, float activations": {"dtype": "bfloat16", "quantization": "int4", "int4_activations": "float"},
-    "int4, int8 activations": {"dtype": "bfloat16", "quantization": "int4", "int4_activations": "int8"},
+    "int4 (torch kernel)": {"dtype": "bfloat16", "quantization": "int4", "torch_kernel": True},
+    "int4 (float act.)": {"dtype": "bfloat16", "quantization": "int4", "int4_activations": "float"},
+    "int4 (int8 act.)": {"dtype": "bfloat16", "quantization": "int4", "int4_activations": "int8"},
 }
 
 

@@ -23,7 +23,7 @@ from tokenmill.sampling_params import SamplingParams
 def _engine(spec: str, dtype: str) -> LLMEngine:
     quantization, _, activations = spec.partition(":")
     return LLMEngine(EngineConfig(dtype=dtype, quantization=None if quantization == "bf16" else quantization,
-                                  int4_activations=activations or "auto", kv_cache_memory_gib=0.3))
+                                  int4_activations=activations or "float", kv_cache_memory_gib=0.3))
 
 
 def main(argv=None) -> None:

@@ -104,8 +104,7 @@ def test_int4_layers_follow_the_activations_setting():
 
     linear = nn.Linear(64, 32)
     vnni = kernels.int4_linear_isa() == "avx512-vnni"
-    assert Int4Linear(linear, torch.bfloat16).int8_activations is vnni  # auto
-    assert Int4Linear(linear, torch.bfloat16, activations="float").int8_activations is False
+    assert Int4Linear(linear, torch.bfloat16).int8_activations is False  # the default: weight-only int4
     if vnni:
         assert Int4Linear(linear, torch.bfloat16, activations="int8").int8_activations is True
     else:

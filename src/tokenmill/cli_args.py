@@ -48,10 +48,10 @@ def _add_model_args(g) -> None:
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
-    g.add_argument("--int4-activations", choices=INT4_ACTIVATIONS, default="auto",
-                   help="what int4 layers multiply their codes with on CPU: int8 (activations quantized per group "
-                        "of 32, AVX512-VNNI dot products, as llama.cpp) or float (weight-only int4); "
-                        "auto: int8 where the C++ kernels have AVX512-VNNI, else float")
+    g.add_argument("--int4-activations", choices=INT4_ACTIVATIONS, default="float",
+                   help="what int4 layers multiply their codes with on CPU: float (weight-only int4) or int8 "
+                        "(activations quantized per group of 32 for AVX512-VNNI dot products, as llama.cpp: "
+                        "faster batch-1 decode, a measurable quality cost; docs/PERFORMANCE.md)")
 
 
 def _add_kernel_args(g) -> None:

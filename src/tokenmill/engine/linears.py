@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def swap_linears(model: nn.Module, quantization: str | None, requested: str, backend: str, invariant_kernels,
-                 keep_dense: bool, int4_activations: str = "auto") -> str:
+                 keep_dense: bool, int4_activations: str = "float") -> str:
     """Replace ``model``'s linears: quantized, then batch-invariant or for
     ``backend`` (``requested``: the config's linear_backend); returns the
     backend in use (an automatic mixed becomes onednn when its second weight

@@ -10,16 +10,18 @@ rounded, to the compute dtype (bf16 on CPU).
 
 CPU: on AVX-512 builds of the C++ kernels, their ``int4_linear``
 (kernels/csrc/int4_linear.cpp): the codes widened in registers, scale and offset
-applied once per group; with AVX512-VNNI the activations are quantized to int8
-per group of 32 (as llama.cpp does for its Q4 formats on CPU) and four products
-go into one instruction (``activations``: EngineConfig.int4_activations;
-docs/PERFORMANCE.md says what each costs and gives). Other CPUs use torch's packed kernel
-``_weight_int4pack_mm_for_cpu`` with bf16 activations. Elsewhere the weight is
-dequantized per call (memory saving only).
+applied once per group. With ``activations="int8"`` (EngineConfig.int4_activations;
+AVX512-VNNI) the activations are also quantized to int8 per group of 32, as
+llama.cpp does for its Q4 formats on CPU, and four products go into one
+instruction: faster, less exact (docs/PERFORMANCE.md, "int4 kernel"). Other CPUs
+use torch's packed kernel ``_weight_int4pack_mm_for_cpu`` with bf16 activations.
+Elsewhere the weight is dequantized per call (memory saving only).
 
-That kernel's time grows with every input row (a matrix-vector kernel run per
+Both kernels are matrix-vector kernels at heart. torch's time grows with every input row (a matrix-vector kernel run per
 row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the same
-shape, so an int4 prefill chunk would take many times a bf16 one. Where memory
+shape, so an int4 prefill chunk would take many times a bf16 one (tokenmill's:
+1.4x slower than the bf16 panels at 158 rows with float activations, as fast
+with int8 ones). Where memory
 allows (kernels/quantize.py decides), the layer also keeps a bf16 copy of its
 weight, prepacked for oneDNN (kernels/packed_linear.py) or, on AVX-512 CPUs
 without native bf16, packed for the panel kernel, and runs every call
@@ -95,11 +97,11 @@ def supports_int4(linear: nn.Linear) -> bool:
 
 class Int4Linear(nn.Module):
     def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype, keep_dense: bool = False,
-                 activations: str = "auto"):
+                 activations: str = "float"):
         """keep_dense: also keep a bf16 copy of the weight for calls of
-        ``DENSE_MIN_ROWS`` rows or more (CPU only). activations: auto | int8 |
-        float, what the codes multiply on CPU (int8 needs the C++ kernels with
-        AVX512-VNNI; auto takes it where they have it)."""
+        ``DENSE_MIN_ROWS`` rows or more (CPU only). activations: float | int8,
+        what the codes multiply on CPU (int8 needs the C++ kernels with
+        AVX512-VNNI)."""
         super().__init__()
         if not supports_int4(linear):
             raise ValueError(f"int4: needs in_features % {GROUP_SIZE} == 0 and out_features % 16 == 0, "
@@ -117,8 +119,8 @@ class Int4Linear(nn.Module):
         if activations == "int8" and not vnni:
             raise ValueError("int4_activations: int8 needs the C++ kernels built with AVX512-VNNI on a CPU "
                              "(here: " + ("not on CPU" if not self.on_cpu else "no VNNI or no kernels") + "); "
-                             "use auto or float")
-        self.int8_activations = vnni and activations in ("auto", "int8")
+                             "use float")
+        self.int8_activations = activations == "int8"
         if kernels is not None:
             packed, scales_p, offsets_p = int4_pack(codes, scales, zeros, compute_dtype)
             self.register_buffer("packed", packed)

@@ -63,10 +63,10 @@ def _available_memory_bytes() -> int:
     return 0  # unknown: keep no copy
 
 
-def quantize_model(model: nn.Module, method: str, keep_dense: bool = False, int4_activations: str = "auto") -> None:
+def quantize_model(model: nn.Module, method: str, keep_dense: bool = False, int4_activations: str = "float") -> None:
     """Swap the model's linears for quantized ones (see the module docstring).
     keep_dense: int4 layers keep a bf16 copy for prefill (kernels/int4_linear.py);
-    int4_activations: auto | int8 | float (EngineConfig.int4_activations)."""
+    int4_activations: float | int8 (EngineConfig.int4_activations)."""
     if method not in METHODS:
         raise ValueError(f"quantization: must be one of {METHODS}, got {method!r}")
     compute = _compute_dtype(model)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from tokenmill.engine.runner import ModelRunner
 
 
-def int4_twin(model: nn.Module, int4_activations: str = "auto") -> nn.Module:
+def int4_twin(model: nn.Module, int4_activations: str = "float") -> nn.Module:
     """A copy of ``model`` whose decoder linears are int4 (LM head int8) and
     which shares every other tensor with it. Call before the target's own
     linears are swapped for a backend (they must still be nn.Linear)."""

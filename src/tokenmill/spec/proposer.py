@@ -47,7 +47,7 @@ class Proposer(Protocol):
 def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization: str | None, *,
                      tokenizer_source: str | None = None, device: torch.device | None = None,
                      dtype: torch.dtype | None = None, seed: int = 0,
-                     int4_activations: str = "auto") -> nn.Module | None:
+                     int4_activations: str = "float") -> nn.Module | None:
     """Check that the method can draft for this target and build or load the
     draft model it needs, before the engine swaps the target's linears for its
     backend; None for methods without one. ``tokenizer_source`` (the target's),
