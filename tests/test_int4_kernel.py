@@ -112,3 +112,16 @@ def test_int4_layers_follow_the_activations_setting():
             Int4Linear(linear, torch.bfloat16, activations="int8")
     with pytest.raises(ValueError, match="int4_activations"):
         EngineConfig(int4_activations="int3")
+
+
+def test_an_int4_layer_deep_copies_and_computes_the_same():
+    import copy
+
+    from torch import nn
+
+    from tokenmill.kernels.int4_linear import Int4Linear
+
+    layer = Int4Linear(nn.Linear(64, 32), torch.bfloat16)
+    twin = copy.deepcopy(layer)
+    x = torch.randn(2, 64)
+    assert torch.equal(layer(x), twin(x))

@@ -17,11 +17,11 @@ instruction: faster, less exact (docs/PERFORMANCE.md, "int4 kernel"). Other CPUs
 use torch's packed kernel ``_weight_int4pack_mm_for_cpu`` with bf16 activations.
 Elsewhere the weight is dequantized per call (memory saving only).
 
-Both kernels are matrix-vector kernels at heart. torch's time grows with every input row (a matrix-vector kernel run per
-row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the same
-shape, so an int4 prefill chunk would take many times a bf16 one (tokenmill's:
-1.4x slower than the bf16 panels at 158 rows with float activations, as fast
-with int8 ones). Where memory
+torch's kernel's time grows with every input row (a matrix-vector kernel run
+per row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the
+same shape, so an int4 prefill chunk would take many times a bf16 one
+(tokenmill's: 1.4x slower than the bf16 panels at 158 rows with float
+activations, as fast with int8 ones). Where memory
 allows (kernels/quantize.py decides), the layer also keeps a bf16 copy of its
 weight, prepacked for oneDNN (kernels/packed_linear.py) or, on AVX-512 CPUs
 without native bf16, packed for the panel kernel, and runs every call
@@ -114,7 +114,8 @@ class Int4Linear(nn.Module):
         # The C++ int4_linear where it has vector code here, else torch's kernel (CPU) or a
         # dequantized matmul per call (elsewhere).
         kernels = _vector_int4_kernels() if self.on_cpu else None
-        self.kernels = kernels
+        # The kernel function, not the module: copy.deepcopy shares a builtin function, a module it cannot copy.
+        self._int4_linear = kernels.int4_linear if kernels is not None else None
         vnni = kernels is not None and kernels.int4_linear_isa() == "avx512-vnni"
         if activations == "int8" and not vnni:
             raise ValueError("int4_activations: int8 needs the C++ kernels built with AVX512-VNNI on a CPU "
@@ -153,9 +154,9 @@ class Int4Linear(nn.Module):
         C++ kernel reads float32 or bf16 rows and writes their dtype (no casts
         around it: at batch 1 each cast costs about what a small layer's
         product does); the other paths compute in the compute dtype."""
-        if self.kernels is not None:
-            return self.kernels.int4_linear(x2.contiguous(), self.packed, self.scales_p, self.offsets_p,
-                                            self.out_features, self.bias, self.int8_activations)
+        if self._int4_linear is not None:
+            return self._int4_linear(x2.contiguous(), self.packed, self.scales_p, self.offsets_p,
+                                     self.out_features, self.bias, self.int8_activations)
         xc = x2.to(self.compute_dtype)
         if self.on_cpu:
             y = torch._weight_int4pack_mm_for_cpu(xc, self.packed, GROUP_SIZE, self.scales_zeros)
