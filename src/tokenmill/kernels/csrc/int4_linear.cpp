@@ -1,4 +1,4 @@
-// Weight-only int4 linear for small batches on CPU: y [M, N] = x [M, K] @ W^T + bias, W in
+// int4 linear for small batches on CPU: y [M, N] = x [M, K] @ W^T + bias, W in
 // groups of 32 input channels, w = code * scale + offset per (group, output column), code in
 // 0..15 (kernels/int4_linear.py quantizes and packs; offset = zero - 8 * scale there).
 //
@@ -20,7 +20,7 @@
 // - int8 activations (builds with AVX512-VNNI): each row's x is quantized per group of 32 to int8
 //   (scale = max |x| / 127, rounded to nearest), and vpdpbusd multiplies 4 codes by 4
 //   int8 activations and adds them into an int32 lane: one instruction per 64 products,
-//   where widening codes to float takes three per 16. The group's integer sum is exact;
+//   where the float path spends a shift, a table permute and an FMA per 16. The group's integer sum is exact;
 //   y += scale * x_scale * sum + offset * xsum, xsum from the float32 x. This is the
 //   int4 x int8 dot product llama.cpp runs for its Q4 formats on CPU; the activation
 //   rounding adds an error of at most half an x_scale per activation.
@@ -48,7 +48,7 @@ namespace {
 constexpr int64_t kLanes = 16;  // output columns per panel
 constexpr int64_t kGroup = 32;  // input channels per scale/offset group
 constexpr int64_t kWordK = 8;   // codes per int32 word
-constexpr int kMaxRows = 4;     // rows per tile: the int4 path serves calls of up to 4 rows
+constexpr int kMaxRows = 4;     // rows per tile (calls of 5+ rows use int4's bf16 copy when kept)
 constexpr int kMaxPanels = 2;
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
