@@ -6,6 +6,7 @@ panel kernel the int4 layers replace. Median microseconds per call; weights
 read per second for the int4 kernels (codes only, 0.5 byte per weight).
 
     python -m benchmarks.int4_kernel --rows 1,4 --threads 2
+    python -m benchmarks.int4_kernel --rows 1 --cold-layers 30   # + whole-model passes, weights from memory
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ def _callables(kernels, n: int, k: int, x: torch.Tensor) -> dict:
     sz = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
     ours = int4_pack(codes, scales, zeros, torch.bfloat16)
     calls = {"torch int4": lambda: torch._weight_int4pack_mm_for_cpu(x, torch_packed, 32, sz),
-             "ours float": lambda: kernels.int4_linear(x, *ours, n, None, False)}
+             "ours float": lambda: kernels.int4_linear(x, ours, n, None, False)}
     if kernels.int4_linear_isa() == "avx512-vnni":
-        calls["ours int8"] = lambda: kernels.int4_linear(x, *ours, n, None, True)
+        calls["ours int8"] = lambda: kernels.int4_linear(x, ours, n, None, True)
     panels = kernels.pack_invariant_weight(weight.to(torch.bfloat16))
     calls["bf16 panels"] = lambda: kernels.invariant_linear(x, panels, n, None)
     return calls
@@ -43,6 +44,9 @@ def main(argv=None) -> None:
     ap.add_argument("--rows", default="1,4", help="rows per call, comma-separated")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--calls", type=int, default=300, help="timed calls per kernel (alternated in rounds of 10)")
+    ap.add_argument("--cold-layers", type=int, default=0,
+                    help="also time passes over this many layers' four linears, each its own weights (30: the "
+                         "model's 53 MB of codes, read from memory as in a decode step), kernels alternated by pass")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -76,6 +80,30 @@ def main(argv=None) -> None:
         base = totals[(rows, "torch int4")]
         print(f"rows {rows}, one layer's four linears: " + "; ".join(
             f"{label} {us:.0f} us ({base / us:.2f}x torch int4)" for (r, label), us in totals.items() if r == rows))
+        if args.cold_layers:
+            cold_pass(kernels, rows, args.cold_layers)
+
+
+def cold_pass(kernels, rows: int, layers: int, passes: int = 30) -> None:
+    """Median ms of one pass over ``layers`` layers' four linears per kernel, the
+    weights of every layer distinct (too many bytes for the caches)."""
+    torch.manual_seed(0)
+    xs = {k: torch.randn(rows, k).to(torch.bfloat16) for k in {k for _, k in SHAPES.values()}}
+    per_layer = [[_callables(kernels, n, k, xs[k]) for n, k in SHAPES.values()] for _ in range(layers)]
+    labels = list(per_layer[0][0])
+    times = {label: [] for label in labels}
+    for _ in range(passes):
+        for label in labels:
+            start = time.perf_counter()
+            for layer in per_layer:
+                for calls in layer:
+                    calls[label]()
+            times[label].append(time.perf_counter() - start)
+    code_bytes = layers * sum(n * k / 2 for n, k in SHAPES.values())
+    print(f"rows {rows}, {layers} layers from memory ({code_bytes / 1e6:.0f} MB of int4 codes): " + "; ".join(
+        f"{label} {statistics.median(ts) * 1e3:.2f} ms" + (f" ({code_bytes / statistics.median(ts) / 1e9:.1f} GB/s)"
+                                                           if label != "bf16 panels" else "")
+        for label, ts in times.items()))
 
 
 if __name__ == "__main__":

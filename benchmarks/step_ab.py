@@ -1,10 +1,12 @@
 """Batch-1 decode steps of several engine configurations in one process, their
 requests alternated round by round (this VM's speed drifts by tens of percent
 within minutes, so configurations timed one after another are not comparable).
-Each configuration is ``QUANTIZATION[:INT4_ACTIVATIONS]`` with QUANTIZATION
-one of bf16 (none), int8, int4.
+Each configuration is ``QUANTIZATION[:INT4_ACTIVATIONS][:eager]`` with
+QUANTIZATION one of bf16 (none), int8, int4; ``eager``: the Python layer loop
+(``enforce_eager``) instead of the C++ one (kernels/native_decoder.py).
 
     python -m benchmarks.step_ab int4:int8 int4:float bf16
+    python -m benchmarks.step_ab bf16 bf16::eager
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from tokenmill.sampling_params import SamplingParams
 
 
 def _engine(spec: str, dtype: str) -> LLMEngine:
-    quantization, _, activations = spec.partition(":")
+    quantization, activations, eager = (spec.split(":") + ["", ""])[:3]
     return LLMEngine(EngineConfig(dtype=dtype, quantization=None if quantization == "bf16" else quantization,
-                                  int4_activations=activations or "float", kv_cache_memory_gib=0.3))
+                                  int4_activations=activations or "float", kv_cache_memory_gib=0.3,
+                                  enforce_eager=eager == "eager"))
 
 
 def main(argv=None) -> None:

@@ -17,14 +17,14 @@ pytestmark = pytest.mark.skipif(kernels is None, reason="C++ kernels unavailable
 SHAPES = [(48, 96), (40, 64), (576, 576), (200, 1536)]  # (N, K): N % 16 != 0 for 40 and 200
 
 
-def _layer(n: int, k: int, seed: int):
+def _layer(n: int, k: int, seed: int, panels_per_block: int | None = None):
     torch.manual_seed(seed)
     weight = torch.randn(n, k) * 0.05
     codes, scales, zeros = quantize_groupwise_int4(weight)
-    packed, scales_p, offsets_p = int4_pack(codes, scales, zeros, torch.bfloat16)
+    packed = int4_pack(codes, scales, zeros, torch.bfloat16, panels_per_block)
     # The grid both kernels compute with: scales and zeros rounded to bf16.
     dense = dequantize_groupwise_int4(codes, scales.bfloat16().float(), zeros.bfloat16().float()).double()
-    return (packed, scales_p, offsets_p), dense, codes, scales.bfloat16().double(), zeros.bfloat16().double()
+    return packed, dense, codes, scales.bfloat16().double(), zeros.bfloat16().double()
 
 
 def _int8_reference(x: torch.Tensor, codes, scales, zeros) -> torch.Tensor:
@@ -42,26 +42,28 @@ def _int8_reference(x: torch.Tensor, codes, scales, zeros) -> torch.Tensor:
     return (sums * scales[None] * xs[:, None, :, 0]).sum(-1) + (xg.sum(-1)[:, None, :] * offsets[None]).sum(-1)
 
 
+@pytest.mark.parametrize("panels_per_block", [None, 1, 2, 3, 4])
 @pytest.mark.parametrize("n,k", SHAPES)
-def test_float_activations_match_the_dequantized_weight(n, k):
-    packed, dense, *_ = _layer(n, k, seed=n + k)
+def test_float_activations_match_the_dequantized_weight(n, k, panels_per_block):
+    packed, dense, *_ = _layer(n, k, seed=n + k, panels_per_block=panels_per_block)
     bias = torch.randn(n)
     for m in (1, 2, 3, 4, 7):
         x = torch.randn(m, k)
-        got = kernels.int4_linear(x, *packed, n, bias, False)
+        got = kernels.int4_linear(x, packed, n, bias, False)
         assert got.shape == (m, n) and got.dtype == torch.float32
         expected = x.double() @ dense.t() + bias.double()
         torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.skipif(kernels is None or kernels.int4_linear_isa() != "avx512-vnni", reason="needs AVX512-VNNI")
+@pytest.mark.parametrize("panels_per_block", [None, 1, 3, 4])
 @pytest.mark.parametrize("n,k", SHAPES)
-def test_int8_activations_match_their_float64_emulation(n, k):
-    packed, dense, codes, scales, zeros = _layer(n, k, seed=2 * n + k)
+def test_int8_activations_match_their_float64_emulation(n, k, panels_per_block):
+    packed, dense, codes, scales, zeros = _layer(n, k, seed=2 * n + k, panels_per_block=panels_per_block)
     for m in (1, 3, 4, 6):
         x = torch.randn(m, k)
         x[0, :32] = 0.0  # an all-zero group: scale 1, every q 0
-        got = kernels.int4_linear(x, *packed, n, None, True).double()
+        got = kernels.int4_linear(x, packed, n, None, True).double()
         torch.testing.assert_close(got, _int8_reference(x, codes, scales, zeros), rtol=1e-5, atol=1e-4)
         # and within the activation rounding of the float product: each x moved by at
         # most half its group's step, times the weights' absolute values.
@@ -70,30 +72,43 @@ def test_int8_activations_match_their_float64_emulation(n, k):
         assert ((got - x.double() @ dense.t()).abs() <= bound + 1e-4).all()
 
 
+@pytest.mark.parametrize("panels_per_block", [2, 4])
 @pytest.mark.parametrize("int8", [False, True])
-def test_every_row_gets_the_same_bits_alone_or_batched_in_float32_and_bf16(int8):
+def test_every_row_gets_the_same_bits_alone_or_batched_in_float32_and_bf16(int8, panels_per_block):
     if int8 and kernels.int4_linear_isa() != "avx512-vnni":
         pytest.skip("needs AVX512-VNNI")
-    packed, *_ = _layer(200, 576, seed=5)
+    packed, *_ = _layer(200, 576, seed=5, panels_per_block=panels_per_block)
     x = torch.randn(7, 576)
     for dtype in (torch.float32, torch.bfloat16):
         xd = x.to(dtype)
-        batched = kernels.int4_linear(xd, *packed, 200, None, int8)
+        batched = kernels.int4_linear(xd, packed, 200, None, int8)
         assert batched.dtype == dtype
         for r in range(7):
-            alone = kernels.int4_linear(xd[r:r + 1].contiguous(), *packed, 200, None, int8)
+            alone = kernels.int4_linear(xd[r:r + 1].contiguous(), packed, 200, None, int8)
             assert torch.equal(alone[0], batched[r])
 
 
 def test_bad_shapes_name_what_is_wrong():
     packed, *_ = _layer(48, 96, seed=1)
     with pytest.raises(RuntimeError, match="multiple of 32"):
-        kernels.int4_linear(torch.randn(1, 80), *packed, 48, None, False)
-    with pytest.raises(RuntimeError, match="panels for N"):
-        kernels.int4_linear(torch.randn(1, 96), *packed, 100, None, False)
+        kernels.int4_linear(torch.randn(1, 80), packed, 48, None, False)
+    with pytest.raises(RuntimeError, match="1 blocks of 48 columns for N = 100"):
+        kernels.int4_linear(torch.randn(1, 96), packed, 100, None, False)
     if kernels.int4_linear_isa() != "avx512-vnni":
         with pytest.raises(RuntimeError, match="AVX512-VNNI"):
-            kernels.int4_linear(torch.randn(1, 96), *packed, 48, None, True)
+            kernels.int4_linear(torch.randn(1, 96), packed, 48, None, True)
+
+
+def test_blocks_split_evenly_between_threads_where_they_can():
+    from tokenmill.kernels.int4_linear import panels_per_block_for
+
+    # SmolLM2's widths: 576 = 36 panels (12 blocks of 3 split 6/6, where 9 of 4 would split 5/4), 960 = 60
+    # panels, 3072 = 192 panels.
+    assert [panels_per_block_for(n, threads=2) for n in (576, 960, 3072)] == [3, 3, 4]
+    assert panels_per_block_for(576, threads=1) == 4
+    assert panels_per_block_for(48, threads=2) == 3  # 3 panels: no even split; one block, no padding
+    assert panels_per_block_for(80, threads=2) == 4  # 5 panels: no even split; 2 blocks, the second padded
+    assert int4_pack(*quantize_groupwise_int4(torch.randn(48, 64)), torch.bfloat16, 4).shape == (1, 2, 4 * 96)
 
 
 def test_int4_layers_follow_the_activations_setting():

@@ -88,12 +88,15 @@ class EngineConfig:
     (kernels/invariant_linear.py) and samples row by row. Not with
     ``quantization``. Costs: docs/PERFORMANCE.md."""
     enforce_eager: bool = False
-    """Run every step eagerly. Otherwise, on CUDA, steps replay CUDA graphs
-    captured at start-up, one per (rows, context span) bucket
+    """Run every step eagerly, op by op from Python. Otherwise, on CUDA, steps
+    replay CUDA graphs captured at start-up, one per (rows, context span) bucket
     (engine/decode_graphs.py; which steps: ``cuda_graph_mode``), for models
-    whose forward never waits on the host (Llama family without MoE). CPU
-    steps are always eager: torch.compile measured slower there than the C++
-    kernels (docs/PERFORMANCE.md)."""
+    whose forward never waits on the host (Llama family without MoE); on CPU,
+    the decoder layers of dense Llama-family models run in one C++ call per
+    step where their linears are on the panel or int4 kernels
+    (kernels/native_decoder.py; bitwise the Python loop's results, batch-1
+    decode 1.5-1.7x faster: docs/PERFORMANCE.md). torch.compile measured slower
+    than the C++ kernels on CPU and is not used there."""
     cuda_graph_sizes: tuple[int, ...] | None = None
     """Step sizes in rows (tokens computed) captured as CUDA graphs (a step pads
     to the next one; larger steps run eagerly); None: 1, 2, 4, 8, then every

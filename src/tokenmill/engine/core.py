@@ -55,6 +55,7 @@ from tokenmill.engine.resolve import (
     resolve_fused_ops,
     resolve_latent_kernel,
     resolve_linear_backend,
+    resolve_native_decoder,
 )
 from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, token_logprobs
@@ -118,6 +119,11 @@ class EngineCore:
                                                           self.device, self.dtype, self.arch)
         if draft_model is not None:
             draft_model.ops = self.model.ops
+        for m in (self.model, draft_model):
+            if m is not None and hasattr(m, "native_decoder"):
+                m.native_decoder = resolve_native_decoder(c, self.device, self.fused_ops, self.attention_backend, m)
+        self.decoder_loop = "native" if getattr(self.model, "native_decoder", None) is not None else "python"
+        """native: the decoder layers run in one C++ call per step (kernels/native_decoder.py)."""
         graph_sizes = resolve_cuda_graph_sizes(c, self.device, self.model)
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel,
                                   resolve_latent_kernel(self.attention_backend), scratch_block=bool(graph_sizes))

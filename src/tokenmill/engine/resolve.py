@@ -222,3 +222,16 @@ def resolve_cuda_graph_sizes(config, device: torch.device, model) -> list[int] |
         return None
     sizes = config.cuda_graph_sizes or default_batch_sizes(config.max_num_seqs)
     return sorted({min(n, config.max_num_seqs) for n in sizes})
+
+
+def resolve_native_decoder(config, device: torch.device, fused_ops: str, attention_backend: str, model):
+    """The decoder layers in one C++ call per step (kernels/native_decoder.py),
+    or None where steps run the Python layer loop: not on CPU, with
+    enforce_eager, on the torch attention or fused ops, or for a model or linear
+    kind the C++ loop does not cover."""
+    if device.type != "cpu" or config.enforce_eager or fused_ops != "cpp" or attention_backend != "cpp":
+        return None
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+    from tokenmill.kernels.native_decoder import native_decoder
+
+    return native_decoder(model, load_cpu_kernels())

@@ -62,31 +62,50 @@ def dequantize_groupwise_int4(codes: torch.Tensor, scales: torch.Tensor, zeros: 
     return ((c - 8.0) * scales[..., None].float() + zeros[..., None].float()).view(out_f, in_f)
 
 
-def int4_pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, scale_dtype: torch.dtype
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def int4_pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, scale_dtype: torch.dtype,
+              panels_per_block: int | None = None) -> torch.Tensor:
     """quantize_groupwise_int4's (codes [N, K], scales, zeros [N, K/32]) -> the
-    layout of the C++ int4_linear (kernels/csrc/int4_linear.cpp): packed int32
-    [P, K/8, 16] (P = ceil(N/16) panels of 16 output columns; word j of lane l
-    holds column 16p + l's codes for k = 8j..8j+7, k = 8j + t in bits 4t..4t+3),
-    scales and offsets float32 [P, K/32, 16], offset = zero - 8 * scale so that
-    w = code * scale + offset. Scales and zeros are first rounded to
-    ``scale_dtype``, as torch's packed kernel stores them, so that both kernels
-    compute with one grid. Padding columns: zero codes, scales and offsets."""
+    layout of the C++ int4_linear (kernels/csrc/int4_linear.cpp): int32
+    [B, K/32, NP * 96], B blocks of NP panels of 16 output columns; per (block,
+    group) the codes [4][NP][16] (word jj, lane l of panel p holds column
+    16 (NP b + p) + l's codes for k = 32 g + 8 jj + t in bits 4t..4t+3), then
+    the scales [NP][16] and offsets [NP][16] as float32 bits, offset = zero -
+    8 * scale so that w = code * scale + offset. Scales and zeros are first
+    rounded to ``scale_dtype``, as torch's packed kernel stores them, so that both
+    kernels compute with one grid. Padding columns: zero codes, scales and
+    offsets. NP: ``panels_per_block``, or ``panels_per_block_for(N)``."""
     n, k = codes.shape
     p = -(-n // 16)
+    npb = panels_per_block or panels_per_block_for(n)
+    blocks = -(-p // npb)
+    g = k // GROUP_SIZE
+    pad = blocks * npb * 16 - n
     scales = scales.to(scale_dtype).float()
     offsets = zeros.to(scale_dtype).float() - 8.0 * scales
-    pad = p * 16 - n
-    c = torch.nn.functional.pad(codes.to(torch.int64), (0, 0, 0, pad))  # [P*16, K]
-    c = c.view(p, 16, k // 8, 8).permute(0, 2, 1, 3)  # [P, K/8, 16, 8]
+    c = torch.nn.functional.pad(codes.to(torch.int64), (0, 0, 0, pad))  # [B*NP*16, K]
+    c = c.view(blocks, npb, 16, g, 4, 8).permute(0, 3, 4, 1, 2, 5)  # [B, G, 4, NP, 16, 8]
     shifts = torch.arange(0, 32, 4, dtype=torch.int64)  # nibble t at bits 4t
-    words = (c << shifts).sum(-1)  # [P, K/8, 16], < 2**32
-    packed = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
+    words = (c << shifts).sum(-1)  # [B, G, 4, NP, 16], < 2**32
+    words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).reshape(blocks, g, -1)
 
-    def panels(t: torch.Tensor) -> torch.Tensor:  # [N, G] -> [P, G, 16]
-        return torch.nn.functional.pad(t, (0, 0, 0, pad)).view(p, 16, -1).transpose(1, 2).contiguous()
+    def per_group(t: torch.Tensor) -> torch.Tensor:  # [N, G] float32 -> [B, G, NP * 16] int32 bits
+        t = torch.nn.functional.pad(t, (0, 0, 0, pad)).view(blocks, npb * 16, g).transpose(1, 2)
+        return t.contiguous().view(torch.int32)
 
-    return packed, panels(scales), panels(offsets)
+    return torch.cat([words, per_group(scales), per_group(offsets)], dim=2).contiguous()
+
+
+def panels_per_block_for(n: int, threads: int | None = None) -> int:
+    """Panels of 16 columns per block for an N-column layer: the most (up to 4:
+    more independent vector chains at batch 1) that leave no padding and a block
+    count that ``threads`` threads (default: torch's count now) split evenly,
+    each thread streaming whole blocks; 4 when none does."""
+    threads = threads or torch.get_num_threads()
+    p = -(-n // 16)
+    for npb in (4, 3, 2):
+        if p % npb == 0 and (p // npb) % threads == 0:
+            return npb
+    return 4 if p >= 4 else p
 
 
 def supports_int4(linear: nn.Linear) -> bool:
@@ -123,10 +142,7 @@ class Int4Linear(nn.Module):
                              "use float")
         self.int8_activations = activations == "int8"
         if kernels is not None:
-            packed, scales_p, offsets_p = int4_pack(codes, scales, zeros, compute_dtype)
-            self.register_buffer("packed", packed)
-            self.register_buffer("scales_p", scales_p)
-            self.register_buffer("offsets_p", offsets_p)
+            self.register_buffer("packed", int4_pack(codes, scales, zeros, compute_dtype))
         elif self.on_cpu:
             # Packed two codes per byte in torch's tiled layout: [out, in / 2] uint8.
             self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(codes, 1))
@@ -155,8 +171,8 @@ class Int4Linear(nn.Module):
         around it: at batch 1 each cast costs about what a small layer's
         product does); the other paths compute in the compute dtype."""
         if self._int4_linear is not None:
-            return self._int4_linear(x2.contiguous(), self.packed, self.scales_p, self.offsets_p,
-                                     self.out_features, self.bias, self.int8_activations)
+            return self._int4_linear(x2.contiguous(), self.packed, self.out_features, self.bias,
+                                     self.int8_activations)
         xc = x2.to(self.compute_dtype)
         if self.on_cpu:
             y = torch._weight_int4pack_mm_for_cpu(xc, self.packed, GROUP_SIZE, self.scales_zeros)

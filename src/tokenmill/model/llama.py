@@ -110,6 +110,9 @@ class LlamaForCausalLM(nn.Module):
         """No op of the forward waits on the host (MoE routing reads its expert
         counts back), so decode steps can be captured as CUDA graphs."""
         self.ops = TORCH_FUSED_OPS  # elementwise ops (kernels/fused_ops.py); the engine picks the backend
+        self.native_decoder = None
+        """The decoder layers in one C++ call (kernels/native_decoder.py), set by the
+        engine on CPU; steps it covers skip the Python layer loop below."""
         self.set_rope(inverse_frequencies(arch) if arch.rope_scaling is None or
                       arch.rope_scaling.get("rope_type") != "gguf_freq_factors" else None)
 
@@ -132,6 +135,9 @@ class LlamaForCausalLM(nn.Module):
         dtype = x.dtype
         x = x.float()  # [T, hidden] residual stream
         rope = ops.rope_inputs(self.rope_cos, self.rope_sin, positions, dtype)
+        native = self.native_decoder
+        if native is not None and native.covers(meta, x.shape[0]):
+            return self.norm(x, native(x, rope, meta, kv_caches), ops)
         pending = None
         for layer, cache in zip(self.layers, kv_caches):
             pending = layer(x, pending, rope, meta, cache, ops)

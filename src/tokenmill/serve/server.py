@@ -68,6 +68,7 @@ def banner(engine, url: str) -> str:
         lines += [f"device:        {core.device}", f"dtype:         {str(core.dtype).removeprefix('torch.')}",
                   f"attention:     {core.attention_backend}", f"fused ops:     {core.fused_ops}",
                   f"linears:       {core.linear_backend}",
+                  f"layer loop:    {core.decoder_loop}",
                   f"deterministic: {'on (batch-invariant kernels)' if config.deterministic else 'off'}",
                   (f"KV cache:      {config.num_kv_blocks} blocks x {config.block_size} tokens = "
                    f"{config.num_kv_blocks * config.block_size} tokens")]

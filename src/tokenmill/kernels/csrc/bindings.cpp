@@ -18,9 +18,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("n"), pybind11::arg("bias"));
     m.def("int4_linear", &tokenmill::int4_linear,
           "x @ W^T + bias, W as int4 codes in groups of 32 with a scale and offset each (CPU, 1-4 rows)",
-          pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("scales"), pybind11::arg("offsets"),
-          pybind11::arg("n"), pybind11::arg("bias"), pybind11::arg("int8_activations"));
+          pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("n"), pybind11::arg("bias"),
+          pybind11::arg("int8_activations"));
     m.def("int4_linear_isa", &tokenmill::int4_linear_isa,
           "int4_linear's vector code on this build: avx512-vnni (int8 activations too), avx512 or portable");
+    // The GIL is released for the whole step: the server's event loop runs meanwhile.
+    m.def("decoder_layers", &tokenmill::decoder_layers,
+          "a Llama-family model's decoder layers for one step, in one call (CPU; see decoder_layers.cpp)",
+          pybind11::call_guard<pybind11::gil_scoped_release>());
     m.def("argmax_rows", &tokenmill::argmax_rows, "(first index of each row's max, how many columns hold it) (CPU)");
 }

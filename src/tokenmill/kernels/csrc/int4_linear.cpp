@@ -10,10 +10,16 @@
 //   y[r, n] = sum_g scale[g, n] * (sum_{k in g} code[k, n] * x[r, k]) + offset[g, n] * xsum[r, g]
 // with xsum[r, g] = sum_{k in g} x[r, k], computed once per call.
 //
-// Layout (int4_pack in kernels/int4_linear.py): packed int32 [P][K / 8][16], P = ceil(N / 16)
-// panels of 16 output columns; lane l of word j holds column 16p + l's codes for
-// k = 8j .. 8j + 7, k = 8j + t in bits 4t .. 4t + 3. scales, offsets: float32 [P][K / 32][16].
-// Columns past N hold zero codes, scales and offsets, and are never stored.
+// Layout (int4_pack in kernels/int4_linear.py): int32 [B][G][NP * 96], G = K / 32 groups,
+// blocks of NP panels (NP = 1..4, chosen at packing time) of 16 output columns: block b holds
+// columns 16 NP b .. 16 NP (b + 1) - 1. Per (block, group), one contiguous run, so each thread
+// reads one sequential stream (the hardware prefetcher's best case; six strided streams per
+// thread measured about half the memory rate):
+//   words   [4][NP][16]: lane l of word jj, panel p holds column 16 (NP b + p) + l's codes for
+//                        k = 32 g + 8 jj + t in bits 4t .. 4t + 3;
+//   scales  [NP][16], offsets [NP][16]: float32 bit patterns.
+// Columns past N (padding up to a whole block) hold zero codes, scales and offsets, and are
+// never stored.
 //
 // Two arithmetic paths, chosen per call (int8_activations); int4_linear_isa() says which
 // this build has:
@@ -48,8 +54,19 @@ namespace {
 constexpr int64_t kLanes = 16;  // output columns per panel
 constexpr int64_t kGroup = 32;  // input channels per scale/offset group
 constexpr int64_t kWordK = 8;   // codes per int32 word
-constexpr int kMaxRows = 4;     // rows per tile (calls of 5+ rows use int4's bf16 copy when kept)
-constexpr int kMaxPanels = 2;
+constexpr int kMaxPanels = 4;   // panels per block
+constexpr int64_t kGroupWords = kGroup / kWordK;  // 4 words per lane per group
+// Software prefetch distance, in groups of the block's stream (3 groups of 4 panels: 4.5 KB).
+// Measured 1.1x on the int8 path over a model's layers read from memory (docs/PERFORMANCE.md);
+// prefetches past the end of the tensor are harmless hints.
+constexpr int64_t kPrefetchGroups = 3;
+
+// Per (block, group): 96 int32 per panel (64 code words, 16 scales, 16 offsets).
+constexpr int64_t kBlockGroupInts = (kGroupWords + 2) * kLanes;
+
+// Rows per tile: R x NP accumulators (two each in the float path) and the widened codes fit
+// the 32 vector registers. Calls of 5+ rows use the layer's bf16 copy when it keeps one.
+constexpr int rows_per_tile(int np) { return np >= 3 ? 1 : 4 / np; }
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define TOKENMILL_INT4_VNNI 1
@@ -109,38 +126,45 @@ Activations prepare(const T* x, int64_t M, int64_t K, bool int8_activations) {
 }
 
 // Portable reference of the float path (builds without AVX-512; tests compare every path
-// against a dequantized float64 product).
-void tile_portable(const Activations& a, int64_t m0, const int32_t* packed, const float* scales,
-                   const float* offsets, int64_t panel_words, int64_t panel_groups, int rows, int npanels,
-                   float* out /* [rows][npanels][16] */) {
-    const int64_t K = a.K, G = a.G;
+// against a dequantized float64 product). blk: one block, [G][NP * 96].
+void tile_portable(const Activations& a, int64_t m0, const int32_t* blk, int rows, int np,
+                   float* out /* [rows][np][16] */) {
+    const int64_t K = a.K, G = a.G, stride = np * kBlockGroupInts;
     for (int r = 0; r < rows; ++r)
-        for (int p = 0; p < npanels; ++p)
+        for (int p = 0; p < np; ++p)
             for (int64_t l = 0; l < kLanes; ++l) {
                 float y = 0.f;
                 for (int64_t g = 0; g < G; ++g) {
+                    const int32_t* gb = blk + g * stride;
                     float a_even = 0.f, a_odd = 0.f;
                     for (int64_t k = g * kGroup; k < (g + 1) * kGroup; ++k) {
-                        const uint32_t word = static_cast<uint32_t>(packed[p * panel_words + (k / kWordK) * kLanes + l]);
+                        const int64_t jj = (k - g * kGroup) / kWordK;
+                        const uint32_t word = static_cast<uint32_t>(gb[(jj * np + p) * kLanes + l]);
                         const float code = static_cast<float>((word >> (4 * (k % kWordK))) & 0xF);
                         (k % 2 == 0 ? a_even : a_odd) += code * a.x[(m0 + r) * K + k];
                     }
-                    const int64_t s = p * panel_groups + g * kLanes + l;
-                    y += scales[s] * (a_even + a_odd);
-                    y += offsets[s] * a.xsum[(m0 + r) * G + g];
+                    const float* sc = reinterpret_cast<const float*>(gb + kGroupWords * np * kLanes);
+                    y += sc[p * kLanes + l] * (a_even + a_odd);
+                    y += sc[(np + p) * kLanes + l] * a.xsum[(m0 + r) * G + g];
                 }
-                out[(r * npanels + p) * kLanes + l] = y;
+                out[(r * np + p) * kLanes + l] = y;
             }
 }
 
 #if defined(__AVX512F__)
 
-// Float path, R rows x P panels. Per group: 4 words per panel, each widened 8 times (a
-// shift and a table permute) and shared by the R rows; two accumulators per (row, panel),
-// even and odd k, for two independent FMA chains; then y += scale * (even + odd) + offset * xsum.
+// The group kPrefetchGroups ahead in this block's stream (one cache line per 16 ints).
+template <int P>
+inline void prefetch_group(const int32_t* gb) {
+    const int32_t* ahead = gb + kPrefetchGroups * P * kBlockGroupInts;
+    for (int64_t i = 0; i < P * kBlockGroupInts; i += 16) _mm_prefetch(reinterpret_cast<const char*>(ahead + i), _MM_HINT_T0);
+}
+
+// Float path, R rows x P panels of one block. Per group: 4 words per panel, each widened 8
+// times (a shift and a table permute) and shared by the R rows; two accumulators per (row,
+// panel), even and odd k, for independent FMA chains; then y += scale * (even + odd) + offset * xsum.
 template <int R, int P>
-void tile_float(const Activations& a, int64_t m0, const int32_t* packed, const float* scales,
-                const float* offsets, int64_t panel_words, int64_t panel_groups, float* out) {
+void tile_float(const Activations& a, int64_t m0, const int32_t* blk, float* out) {
     const int64_t K = a.K, G = a.G;
     const float* x = a.x.data() + m0 * K;
     // vpermps reads only the low 4 bits of each index lane: permuting this table by the
@@ -150,13 +174,15 @@ void tile_float(const Activations& a, int64_t m0, const int32_t* packed, const f
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) y[r][p] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; ++g) {
+        const int32_t* gb = blk + g * P * kBlockGroupInts;
+        prefetch_group<P>(gb);
         __m512 even[R][P], odd[R][P];
         for (int r = 0; r < R; ++r)
             for (int p = 0; p < P; ++p) even[r][p] = odd[r][p] = _mm512_setzero_ps();
-        for (int64_t j = g * (kGroup / kWordK); j < (g + 1) * (kGroup / kWordK); ++j) {
+        for (int64_t jj = 0; jj < kGroupWords; ++jj) {
             __m512i w[P];
-            for (int p = 0; p < P; ++p) w[p] = _mm512_loadu_si512(packed + p * panel_words + j * kLanes);
-            const int64_t k0 = j * kWordK;
+            for (int p = 0; p < P; ++p) w[p] = _mm512_loadu_si512(gb + (jj * P + p) * kLanes);
+            const int64_t k0 = g * kGroup + jj * kWordK;
 #pragma GCC unroll 4
             for (int t = 0; t < 8; t += 2) {
                 __m512 c0[P], c1[P];
@@ -173,9 +199,10 @@ void tile_float(const Activations& a, int64_t m0, const int32_t* packed, const f
                 }
             }
         }
+        const float* sc = reinterpret_cast<const float*>(gb + kGroupWords * P * kLanes);
         for (int p = 0; p < P; ++p) {
-            const __m512 s = _mm512_loadu_ps(scales + p * panel_groups + g * kLanes);
-            const __m512 o = _mm512_loadu_ps(offsets + p * panel_groups + g * kLanes);
+            const __m512 s = _mm512_loadu_ps(sc + p * kLanes);
+            const __m512 o = _mm512_loadu_ps(sc + (P + p) * kLanes);
             for (int r = 0; r < R; ++r) {
                 y[r][p] = _mm512_fmadd_ps(s, _mm512_add_ps(even[r][p], odd[r][p]), y[r][p]);
                 y[r][p] = _mm512_fmadd_ps(o, _mm512_set1_ps(a.xsum[(m0 + r) * G + g]), y[r][p]);
@@ -188,15 +215,15 @@ void tile_float(const Activations& a, int64_t m0, const int32_t* packed, const f
 #endif
 
 #if TOKENMILL_INT4_VNNI
-// int8-activations path, R rows x P panels. Per word and panel: the low nibbles of its
-// bytes (k = 8j, +2, +4, +6) by one mask, the high ones (k odd) by a shift and a mask; one
-// vpdpbusd each against the row's matching four int8 activations, both into one int32
-// accumulator per (row, panel) (R x P independent chains hide vpdpbusd's latency; two per
-// pair spilled registers at R = 4). Per group: the exact int32 sum times scale * x_scale,
-// plus offset * xsum.
+// int8-activations path, R rows x P panels of one block. Per word and panel: the low nibbles
+// of its bytes (k = 8j, +2, +4, +6) by one mask, the high ones (k odd) by a shift and a mask;
+// one vpdpbusd each against the row's matching four int8 activations. Accumulators: at one row,
+// two per panel (low and high nibbles: 2P independent chains hide vpdpbusd's latency); at more
+// rows one per (row, panel), both products chained into it. Integer sums are exact, so the
+// split changes no result. Per group: the int32 sum times scale * x_scale, plus offset * xsum.
 template <int R, int P>
-void tile_vnni(const Activations& a, int64_t m0, const int32_t* packed, const float* scales,
-               const float* offsets, int64_t panel_words, int64_t panel_groups, float* out) {
+void tile_vnni(const Activations& a, int64_t m0, const int32_t* blk, float* out) {
+    constexpr bool kSplit = R == 1;
     const int64_t G = a.G, W = a.K / kWordK;
     const __m512i low4 = _mm512_set1_epi32(0x0F0F0F0F);
     const int32_t* xe[R];
@@ -209,25 +236,38 @@ void tile_vnni(const Activations& a, int64_t m0, const int32_t* packed, const fl
     for (int r = 0; r < R; ++r)
         for (int p = 0; p < P; ++p) y[r][p] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; ++g) {
-        __m512i acc[R][P];
+        const int32_t* gb = blk + g * P * kBlockGroupInts;
+        prefetch_group<P>(gb);
+        __m512i acc[R][P], acc_hi[P];
         for (int r = 0; r < R; ++r)
             for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_si512();
-        for (int64_t j = g * (kGroup / kWordK); j < (g + 1) * (kGroup / kWordK); ++j) {
+        for (int p = 0; p < P; ++p) acc_hi[p] = _mm512_setzero_si512();
+        for (int64_t jj = 0; jj < kGroupWords; ++jj) {
+            const int64_t j = g * kGroupWords + jj;
             __m512i lo[P], hi[P];
             for (int p = 0; p < P; ++p) {
-                const __m512i w = _mm512_loadu_si512(packed + p * panel_words + j * kLanes);
+                const __m512i w = _mm512_loadu_si512(gb + (jj * P + p) * kLanes);
                 lo[p] = _mm512_and_si512(w, low4);
                 hi[p] = _mm512_and_si512(_mm512_srli_epi32(w, 4), low4);
             }
             for (int r = 0; r < R; ++r) {
                 const __m512i e = _mm512_set1_epi32(xe[r][j]), o = _mm512_set1_epi32(xo[r][j]);
-                for (int p = 0; p < P; ++p)
-                    acc[r][p] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[r][p], lo[p], e), hi[p], o);
+                for (int p = 0; p < P; ++p) {
+                    if constexpr (kSplit) {
+                        acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], lo[p], e);
+                        acc_hi[p] = _mm512_dpbusd_epi32(acc_hi[p], hi[p], o);
+                    } else {
+                        acc[r][p] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[r][p], lo[p], e), hi[p], o);
+                    }
+                }
             }
         }
+        if constexpr (kSplit)
+            for (int p = 0; p < P; ++p) acc[0][p] = _mm512_add_epi32(acc[0][p], acc_hi[p]);
+        const float* sc = reinterpret_cast<const float*>(gb + kGroupWords * P * kLanes);
         for (int p = 0; p < P; ++p) {
-            const __m512 s = _mm512_loadu_ps(scales + p * panel_groups + g * kLanes);
-            const __m512 o = _mm512_loadu_ps(offsets + p * panel_groups + g * kLanes);
+            const __m512 s = _mm512_loadu_ps(sc + p * kLanes);
+            const __m512 o = _mm512_loadu_ps(sc + (P + p) * kLanes);
             for (int r = 0; r < R; ++r) {
                 const __m512 sx = _mm512_mul_ps(s, _mm512_set1_ps(a.xscale[(m0 + r) * G + g]));
                 y[r][p] = _mm512_fmadd_ps(sx, _mm512_cvtepi32_ps(acc[r][p]), y[r][p]);
@@ -241,33 +281,31 @@ void tile_vnni(const Activations& a, int64_t m0, const int32_t* packed, const fl
 #endif
 
 #if defined(__AVX512F__)
-// Activations prepared with int8 values (a.even non-empty) take the int8 path.
-template <int R = 1>
-void tile_dispatch(int rows, int npanels, const Activations& a, int64_t m0, const int32_t* packed,
-                   const float* scales, const float* offsets, int64_t panel_words, int64_t panel_groups, float* out) {
-    if constexpr (R <= kMaxRows) {
+// rows <= rows_per_tile(P). Activations prepared with int8 values (a.even non-empty) take the int8 path.
+template <int P, int R = 1>
+void tile_rows(int rows, const Activations& a, int64_t m0, const int32_t* blk, float* out) {
+    if constexpr (R <= rows_per_tile(P)) {
         if (rows == R) {
 #if TOKENMILL_INT4_VNNI
-            if (!a.even.empty()) {
-                if (npanels == 2)
-                    return tile_vnni<R, 2>(a, m0, packed, scales, offsets, panel_words, panel_groups, out);
-                return tile_vnni<R, 1>(a, m0, packed, scales, offsets, panel_words, panel_groups, out);
-            }
+            if (!a.even.empty()) return tile_vnni<R, P>(a, m0, blk, out);
 #endif
-            if (npanels == 2) return tile_float<R, 2>(a, m0, packed, scales, offsets, panel_words, panel_groups, out);
-            return tile_float<R, 1>(a, m0, packed, scales, offsets, panel_words, panel_groups, out);
+            return tile_float<R, P>(a, m0, blk, out);
         }
-        return tile_dispatch<R + 1>(rows, npanels, a, m0, packed, scales, offsets, panel_words, panel_groups, out);
+        return tile_rows<P, R + 1>(rows, a, m0, blk, out);
     }
 }
 #endif
 
-void tile(int rows, int npanels, const Activations& a, int64_t m0, const int32_t* packed, const float* scales,
-          const float* offsets, int64_t panel_words, int64_t panel_groups, float* out) {
+void tile(int rows, int np, const Activations& a, int64_t m0, const int32_t* blk, float* out) {
 #if defined(__AVX512F__)
-    tile_dispatch(rows, npanels, a, m0, packed, scales, offsets, panel_words, panel_groups, out);
+    switch (np) {
+        case 1: return tile_rows<1>(rows, a, m0, blk, out);
+        case 2: return tile_rows<2>(rows, a, m0, blk, out);
+        case 3: return tile_rows<3>(rows, a, m0, blk, out);
+        default: return tile_rows<4>(rows, a, m0, blk, out);
+    }
 #else
-    tile_portable(a, m0, packed, scales, offsets, panel_words, panel_groups, rows, npanels, out);
+    tile_portable(a, m0, blk, rows, np, out);
 #endif
 }
 
@@ -296,22 +334,22 @@ std::string int4_linear_isa() {
 #endif
 }
 
-torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scales, torch::Tensor offsets,
-                          int64_t N, std::optional<torch::Tensor> bias, bool int8_activations) {
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std::optional<torch::Tensor> bias,
+                          bool int8_activations) {
     TORCH_CHECK(!int8_activations || TOKENMILL_INT4_VNNI, "int4_linear: int8 activations need AVX512-VNNI");
     TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "int4_linear: x must be contiguous [M, K]");
     TORCH_CHECK(x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kBFloat16,
                 "int4_linear: x must be float32 or bfloat16");
-    TORCH_CHECK(packed.scalar_type() == torch::kInt && packed.dim() == 3 && packed.size(2) == kLanes &&
-                    packed.is_contiguous(),
-                "int4_linear: packed must be contiguous int32 [P, K/8, 16]");
-    const int64_t M = x.size(0), K = x.size(1), P = packed.size(0), G = K / kGroup;
-    TORCH_CHECK(K % kGroup == 0 && packed.size(1) * kWordK == K, "int4_linear: K must be a multiple of 32 and match");
-    TORCH_CHECK(P * kLanes >= N && (P - 1) * kLanes < N, "int4_linear: packed has ", P, " panels for N = ", N);
-    for (const auto* t : {&scales, &offsets})
-        TORCH_CHECK(t->scalar_type() == torch::kFloat && t->is_contiguous() && t->dim() == 3 && t->size(0) == P &&
-                        t->size(1) == G && t->size(2) == kLanes,
-                    "int4_linear: scales and offsets must be contiguous float32 [P, K/32, 16]");
+    TORCH_CHECK(packed.scalar_type() == torch::kInt && packed.dim() == 3 && packed.is_contiguous() &&
+                    packed.size(2) % kBlockGroupInts == 0 && packed.size(2) / kBlockGroupInts >= 1 &&
+                    packed.size(2) / kBlockGroupInts <= kMaxPanels,
+                "int4_linear: packed must be contiguous int32 [B, K/32, NP * 96], NP in 1..4");
+    const int64_t M = x.size(0), K = x.size(1), B = packed.size(0), G = K / kGroup;
+    const int np = static_cast<int>(packed.size(2) / kBlockGroupInts);
+    const int64_t block_cols = np * kLanes;
+    TORCH_CHECK(K % kGroup == 0 && packed.size(1) == G, "int4_linear: K must be a multiple of 32 and match packed");
+    TORCH_CHECK(B * block_cols >= N && (B - 1) * block_cols < N, "int4_linear: packed has ", B, " blocks of ",
+                block_cols, " columns for N = ", N);
     const float* b = nullptr;
     torch::Tensor bias_f;
     if (bias.has_value() && bias->defined()) {
@@ -323,24 +361,22 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor s
                               ? prepare(x.data_ptr<float>(), M, K, int8_activations)
                               : prepare(x.data_ptr<c10::BFloat16>(), M, K, int8_activations);
     auto out = torch::empty({M, N}, x.options());
+    const bool out_float = out.scalar_type() == torch::kFloat;
+    float* out_f = out_float ? out.data_ptr<float>() : nullptr;
+    c10::BFloat16* out_b = out_float ? nullptr : out.data_ptr<c10::BFloat16>();
     const int32_t* w = packed.data_ptr<int32_t>();
-    const float* sc = scales.data_ptr<float>();
-    const float* of = offsets.data_ptr<float>();
-    const int64_t panel_words = (K / kWordK) * kLanes, panel_groups = G * kLanes;
-    const int64_t pairs = (P + kMaxPanels - 1) / kMaxPanels;
-    at::parallel_for(0, pairs, 1, [&](int64_t begin, int64_t end) {
-        alignas(64) float acc[kMaxRows * kMaxPanels * kLanes];
-        for (int64_t q = begin; q < end; ++q) {
-            const int64_t p0 = q * kMaxPanels;
-            const int np = static_cast<int>(std::min<int64_t>(kMaxPanels, P - p0));
-            for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
-                const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
-                tile(rows, np, a, m0, w + p0 * panel_words, sc + p0 * panel_groups, of + p0 * panel_groups,
-                     panel_words, panel_groups, acc);
-                if (out.scalar_type() == torch::kFloat)
-                    store_rows(acc, rows, np, p0, N, b, out.data_ptr<float>() + m0 * N);
+    const int64_t block_ints = G * np * kBlockGroupInts;
+    const int rows_tile = rows_per_tile(np);
+    at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+        alignas(64) float acc[4 * kLanes];  // rows_tile * np <= 4
+        for (int64_t blk = begin; blk < end; ++blk) {
+            for (int64_t m0 = 0; m0 < M; m0 += rows_tile) {
+                const int rows = static_cast<int>(std::min<int64_t>(rows_tile, M - m0));
+                tile(rows, np, a, m0, w + blk * block_ints, acc);
+                if (out_float)
+                    store_rows(acc, rows, np, blk * np, N, b, out_f + m0 * N);
                 else
-                    store_rows(acc, rows, np, p0, N, b, out.data_ptr<c10::BFloat16>() + m0 * N);
+                    store_rows(acc, rows, np, blk * np, N, b, out_b + m0 * N);
             }
         }
     });

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace tokenmill {
 
@@ -31,7 +32,17 @@ torch::Tensor invariant_linear(torch::Tensor x, torch::Tensor packed, int64_t N,
 
 // int4_linear.cpp
 std::string int4_linear_isa();
-torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, torch::Tensor scales, torch::Tensor offsets,
-                          int64_t N, std::optional<torch::Tensor> bias, bool int8_activations);
+torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std::optional<torch::Tensor> bias,
+                          bool int8_activations);
+
+// decoder_layers.cpp
+torch::Tensor decoder_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, const std::vector<torch::Tensor>& caches,
+                             torch::Tensor slot_mapping, torch::Tensor block_tables, torch::Tensor context_lens,
+                             int64_t block_size, double scale, const std::vector<torch::Tensor>& input_norms,
+                             const std::vector<torch::Tensor>& post_norms, double eps,
+                             const std::vector<int64_t>& kinds, const std::vector<torch::Tensor>& packed,
+                             const std::vector<torch::Tensor>& dense, const std::vector<torch::Tensor>& biases,
+                             const std::vector<int64_t>& out_features, const std::vector<bool>& int8_activations,
+                             int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t dense_min_rows);
 
 }  // namespace tokenmill
