@@ -1,6 +1,6 @@
 """The decoder layers in one C++ call (kernels/native_decoder.py,
 csrc/decoder_layers.cpp): bitwise the Python layer loop's results (the same
-kernels in the same order), for every linear kind it takes; the steps and
+kernels in the same order) for every linear module it takes; the engines and
 models it covers; a clear error for a bad KV slot."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
-from tokenmill.kernels.int4_linear import DENSE_MIN_ROWS
+from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
 from tokenmill.kernels.native_decoder import native_decoder
 from tokenmill.model.llama import LlamaForCausalLM
 from tokenmill.model.llama_presets import LLAMA_PRESETS
@@ -44,26 +44,28 @@ def _run(engine: LLMEngine) -> list:
     return [(r.token_ids, r.logprobs) for r in results]
 
 
-CASES = [("bfloat16", None, "float"), ("float32", None, "float")]
+# (dtype, linear backend, quantization, int4 activations); mixed and onednn where oneDNN packs the dtype here.
+CASES = [("bfloat16", "panels", None, "float"), ("float32", "panels", None, "float"),
+         ("float32", "torch", None, "float"), ("bfloat16", "auto", "int8", "float")]
+CASES += [(d, b, None, "float") for d in ("float32", "bfloat16") for b in ("mixed", "onednn") if onednn_available(
+    getattr(torch, d))]
 if INT4:
-    CASES.append(("bfloat16", "int4", "float"))
+    CASES.append(("bfloat16", "auto", "int4", "float"))
 if VNNI:
-    CASES.append(("bfloat16", "int4", "int8"))
+    CASES.append(("bfloat16", "auto", "int4", "int8"))
 
 
-@pytest.mark.parametrize("dtype,quantization,activations", CASES)
-def test_native_layers_give_the_python_loops_bits(dtype, quantization, activations):
-    kw = dict(dtype=dtype, quantization=quantization, int4_activations=activations)
-    if quantization is None:
-        kw["linear_backend"] = "panels"
+@pytest.mark.parametrize("dtype,backend,quantization,activations", CASES)
+def test_native_layers_give_the_python_loops_bits(dtype, backend, quantization, activations):
+    kw = dict(dtype=dtype, linear_backend=backend, quantization=quantization, int4_activations=activations)
     native, eager = _engine(False, **kw), _engine(True, **kw)
     assert native.core.decoder_loop == "native" and eager.core.decoder_loop == "python"
     calls = 0
     inner = native.core.model.native_decoder
 
     class Counting:
-        def covers(self, meta, num_tokens):
-            return inner.covers(meta, num_tokens)
+        def covers(self, meta):
+            return inner.covers(meta)
 
         def __call__(self, *args):
             nonlocal calls
@@ -92,19 +94,28 @@ def test_qkv_bias_is_added_as_the_python_loop_adds_it():
 
 
 def test_what_the_native_loop_covers():
-    assert _engine(False, dtype="float32", linear_backend="panels").core.decoder_loop == "native"
-    assert _engine(False, dtype="float32", linear_backend="torch").core.decoder_loop == "python"
+    assert _engine(False, dtype="float32", linear_backend="torch").core.decoder_loop == "native"
     assert _engine(False, dtype="float32", linear_backend="panels", attention_backend="torch"
                    ).core.decoder_loop == "python"
     assert _engine(False, dtype="float32", linear_backend="panels", fused_ops="torch").core.decoder_loop == "python"
     moe = dataclasses.replace(LLAMA_PRESETS["tiny"], moe=MoEConfig(num_experts=4, top_k=2, intermediate_size=64))
     assert native_decoder(LlamaForCausalLM(moe, 64), kernels) is None
-    if INT4:
-        # An int4 layer whose dense copy is not on the panel kernel: only steps that never reach the copy.
-        model = _engine(False, dtype="bfloat16", quantization="int4").core.model
-        model.layers[0].mlp.down_proj.dense = nn.Linear(256, 128, bias=False).bfloat16()
-        loop = native_decoder(model, kernels)
-        assert loop.max_rows == DENSE_MIN_ROWS - 1
+    model = _engine(False, dtype="float32", linear_backend="panels").core.model
+    model.layers[1].self_attn.o_proj = nn.Identity()  # a module it does not know: the Python loop
+    assert native_decoder(model, kernels) is None
+    if INT4 and onednn_available(torch.bfloat16):
+        # int4 whose dense copy (prefill rows) is oneDNN's packed bf16 weight, as on CPUs with native bf16.
+        kw = dict(dtype="bfloat16", quantization="int4")
+        native, eager = _engine(False, **kw), _engine(True, **kw)
+        for engine in (native, eager):
+            gen = torch.Generator().manual_seed(1)
+            for layer in engine.core.model.layers:
+                proj = layer.mlp.gate_up_proj
+                copy = nn.Linear(proj.in_features, proj.out_features, bias=False).bfloat16()
+                copy.weight.data.copy_(torch.randn(copy.weight.shape, generator=gen) * 0.05)
+                proj.dense = PackedLinear(copy, keep_weight=False)
+        native.core.model.native_decoder = native_decoder(native.core.model, kernels)
+        assert _run(native) == _run(eager)
 
 
 def test_a_slot_outside_the_cache_is_refused():
@@ -114,8 +125,8 @@ def test_a_slot_outside_the_cache_is_refused():
     inner = engine.core.model.native_decoder
 
     class Spy:
-        def covers(self, meta, num_tokens):
-            return inner.covers(meta, num_tokens)
+        def covers(self, meta):
+            return inner.covers(meta)
 
         def __call__(self, x, rope, meta, caches):
             seen["args"] = (x.clone(), rope, dataclasses.replace(meta), caches)

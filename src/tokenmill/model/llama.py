@@ -136,7 +136,7 @@ class LlamaForCausalLM(nn.Module):
         x = x.float()  # [T, hidden] residual stream
         rope = ops.rope_inputs(self.rope_cos, self.rope_sin, positions, dtype)
         native = self.native_decoder
-        if native is not None and native.covers(meta, x.shape[0]):
+        if native is not None and native.covers(meta):
             return self.norm(x, native(x, rope, meta, kv_caches), ops)
         pending = None
         for layer, cache in zip(self.layers, kv_caches):

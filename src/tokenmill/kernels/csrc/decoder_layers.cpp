@@ -18,41 +18,97 @@
 //   h = add_rms_norm(x, a, post_norm[l]);  pending = linear(silu_and_mul(linear(h, 4l + 2)), 4l + 3)
 // Returns the last pending; the caller's final norm adds it.
 //
-// Linears (four per layer: qkv, o, gate_up, down): kind 0 = the panel kernel
-// (invariant_linear.cpp), kind 1 = int4_linear, whose calls of dense_min_rows rows or more
-// run on the layer's bf16 panel copy when it keeps one (kernels/int4_linear.py's rule).
-// Undefined (numel 0) tensors stand for "no bias" and "no dense copy".
+// Linears (four per layer: qkv, o, gate_up, down), each (kind, a, b, bias) as the module that
+// runs it in Python computes (kernels/native_decoder.py describes them):
+//   panels  invariant_linear(x, a)                       InvariantLinear
+//   onednn  mkldnn::_linear_pointwise(x, a)               PackedLinear (a: oneDNN's packed weight)
+//   mixed   panels on a up to mixed_max_rows rows, else onednn on b      MixedLinear
+//   torch   at::linear(x, a)                              nn.Linear
+//   int8    _weight_int8pack_mm(x in b's dtype, a, b)     Int8Linear (a: int8 [N, K], b: scales)
+//   int4    int4_linear(x, a); from dense_min_rows rows, when it keeps one, its dense copy b (of
+//           dense kind panels, onednn or torch) on x in b's dtype, then the bias   Int4Linear
+// Empty (numel 0) tensors stand for "no bias" and "no second tensor".
 #include "ops.h"
 
 #include <cstring>
 #include <vector>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
 namespace {
 
-enum LinearKind : int64_t { kPanels = 0, kInt4 = 1 };
+enum LinearKind : int64_t { kPanels = 0, kInt4 = 1, kOneDNN = 2, kMixed = 3, kTorch = 4, kInt8 = 5 };
 
 struct LinearRef {
     int64_t kind;
-    const torch::Tensor& packed;
-    const torch::Tensor& dense;
+    const torch::Tensor& a;
+    const torch::Tensor& b;
     const torch::Tensor& bias;
     int64_t n;
+    int64_t dense_kind;
     bool int8_activations;
 };
 
+struct Thresholds {
+    int64_t dense_min_rows, mixed_max_rows;
+};
+
+bool present(const torch::Tensor& t) { return t.defined() && t.numel() > 0; }
+
 std::optional<torch::Tensor> opt(const torch::Tensor& t) {
-    return t.numel() ? std::optional<torch::Tensor>(t) : std::nullopt;
+    return present(t) ? std::optional<torch::Tensor>(t) : std::nullopt;
 }
 
-torch::Tensor run_linear(const LinearRef& l, const torch::Tensor& x, int64_t dense_min_rows) {
-    if (l.kind == kPanels) return tokenmill::invariant_linear(x, l.packed, l.n, opt(l.bias));
-    if (l.dense.numel() && x.size(0) >= dense_min_rows) {
-        // Int4Linear.forward's dense branch: the copy's dtype in, x's dtype out, then the bias.
-        torch::Tensor y = tokenmill::invariant_linear(x.to(torch::kBFloat16), l.dense, l.n, std::nullopt)
-                              .to(x.scalar_type());
-        return l.bias.numel() ? y + l.bias : y;
+// PackedLinear.forward's call: torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "").
+torch::Tensor onednn_linear(const torch::Tensor& x, const torch::Tensor& packed, const torch::Tensor& bias) {
+    static const c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+    std::vector<c10::IValue> stack;
+    stack.emplace_back(x);
+    stack.emplace_back(packed);
+    stack.emplace_back(present(bias) ? c10::IValue(bias) : c10::IValue());
+    stack.emplace_back(std::string("none"));
+    stack.emplace_back(c10::List<std::optional<at::Scalar>>());
+    stack.emplace_back(std::string(""));
+    op.callBoxed(&stack);
+    return stack[0].toTensor();
+}
+
+// One of the plain kinds (panels, onednn, torch) on weight w.
+torch::Tensor plain_linear(int64_t kind, const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& bias,
+                           int64_t n) {
+    switch (kind) {
+        case kPanels: return tokenmill::invariant_linear(x, w, n, opt(bias));
+        case kOneDNN: return onednn_linear(x, w, bias);
+        case kTorch: return at::linear(x, w, opt(bias));
+        default: TORCH_CHECK(false, "decoder_layers: unknown linear kind ", kind);
     }
-    return tokenmill::int4_linear(x.contiguous(), l.packed, l.n, opt(l.bias), l.int8_activations);
+}
+
+torch::Tensor run_linear(const LinearRef& l, const torch::Tensor& x, const Thresholds& th) {
+    switch (l.kind) {
+        case kMixed:
+            return x.size(0) > th.mixed_max_rows ? onednn_linear(x, l.b, l.bias)
+                                                 : tokenmill::invariant_linear(x, l.a, l.n, opt(l.bias));
+        case kInt8: {
+            torch::Tensor y = at::_weight_int8pack_mm(x.to(l.b.scalar_type()), l.a, l.b).to(x.scalar_type());
+            return present(l.bias) ? y + l.bias : y;
+        }
+        case kInt4:
+            if (present(l.b) && x.size(0) >= th.dense_min_rows) {
+                // Int4Linear.forward's dense branch: the copy's dtype in, x's dtype out, then the bias.
+                torch::Tensor y =
+                    plain_linear(l.dense_kind, x.to(l.b.scalar_type()), l.b, torch::Tensor(), l.n).to(x.scalar_type());
+                return present(l.bias) ? y + l.bias : y;
+            }
+            return tokenmill::int4_linear(x.contiguous(), l.a, l.n, opt(l.bias), l.int8_activations);
+        default:
+            return plain_linear(l.kind, x, l.a, l.bias, l.n);
+    }
 }
 
 // k, v [T, Hkv, D] (rows may be strided, heads and D dense) -> the layer's cache at slots.
@@ -85,20 +141,22 @@ torch::Tensor decoder_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
                              torch::Tensor slot_mapping, torch::Tensor block_tables, torch::Tensor context_lens,
                              int64_t block_size, double scale, const std::vector<torch::Tensor>& input_norms,
                              const std::vector<torch::Tensor>& post_norms, double eps,
-                             const std::vector<int64_t>& kinds, const std::vector<torch::Tensor>& packed,
-                             const std::vector<torch::Tensor>& dense, const std::vector<torch::Tensor>& biases,
-                             const std::vector<int64_t>& out_features, const std::vector<bool>& int8_activations,
-                             int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t dense_min_rows) {
+                             const std::vector<int64_t>& kinds, const std::vector<torch::Tensor>& a,
+                             const std::vector<torch::Tensor>& b, const std::vector<torch::Tensor>& biases,
+                             const std::vector<int64_t>& out_features, const std::vector<int64_t>& dense_kinds,
+                             const std::vector<bool>& int8_activations, int64_t num_heads, int64_t num_kv_heads,
+                             int64_t head_dim, int64_t dense_min_rows, int64_t mixed_max_rows) {
     const int64_t L = static_cast<int64_t>(caches.size()), T = x.size(0);
     TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(),
                 "decoder_layers: x must be the contiguous float32 residual [T, H]");
     TORCH_CHECK(static_cast<int64_t>(input_norms.size()) == L && static_cast<int64_t>(post_norms.size()) == L,
                 "decoder_layers: one input and one post-attention norm per layer");
-    for (const auto* v : {&packed, &dense, &biases})
+    for (const auto* v : {&a, &b, &biases})
         TORCH_CHECK(static_cast<int64_t>(v->size()) == 4 * L, "decoder_layers: four linears per layer");
-    TORCH_CHECK(static_cast<int64_t>(kinds.size()) == 4 * L && static_cast<int64_t>(out_features.size()) == 4 * L &&
-                    static_cast<int64_t>(int8_activations.size()) == 4 * L,
-                "decoder_layers: four linears per layer");
+    for (const auto* v : {&kinds, &out_features, &dense_kinds})
+        TORCH_CHECK(static_cast<int64_t>(v->size()) == 4 * L, "decoder_layers: four linears per layer");
+    TORCH_CHECK(static_cast<int64_t>(int8_activations.size()) == 4 * L, "decoder_layers: four linears per layer");
+    const Thresholds th{dense_min_rows, mixed_max_rows};
     TORCH_CHECK(slot_mapping.scalar_type() == torch::kLong && slot_mapping.is_contiguous() &&
                     slot_mapping.numel() == T,
                 "decoder_layers: slot_mapping must be contiguous int64 [T]");
@@ -112,8 +170,8 @@ torch::Tensor decoder_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
                     "decoder_layers: each cache must be contiguous [num_blocks, 2, Hkv, block_size, D]");
         auto linear = [&](int64_t i, const torch::Tensor& in) {
             const int64_t j = 4 * l + i;
-            return run_linear({kinds[j], packed[j], dense[j], biases[j], out_features[j], int8_activations[j]}, in,
-                              dense_min_rows);
+            return run_linear({kinds[j], a[j], b[j], biases[j], out_features[j], dense_kinds[j], int8_activations[j]},
+                              in, th);
         };
         torch::Tensor h = add_rms_norm(x, pending, input_norms[l], eps);
         torch::Tensor qkv = linear(0, h);  // [T, q_size + 2 kv_size]

@@ -40,9 +40,10 @@ torch::Tensor decoder_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor s
                              torch::Tensor slot_mapping, torch::Tensor block_tables, torch::Tensor context_lens,
                              int64_t block_size, double scale, const std::vector<torch::Tensor>& input_norms,
                              const std::vector<torch::Tensor>& post_norms, double eps,
-                             const std::vector<int64_t>& kinds, const std::vector<torch::Tensor>& packed,
-                             const std::vector<torch::Tensor>& dense, const std::vector<torch::Tensor>& biases,
-                             const std::vector<int64_t>& out_features, const std::vector<bool>& int8_activations,
-                             int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, int64_t dense_min_rows);
+                             const std::vector<int64_t>& kinds, const std::vector<torch::Tensor>& a,
+                             const std::vector<torch::Tensor>& b, const std::vector<torch::Tensor>& biases,
+                             const std::vector<int64_t>& out_features, const std::vector<int64_t>& dense_kinds,
+                             const std::vector<bool>& int8_activations, int64_t num_heads, int64_t num_kv_heads,
+                             int64_t head_dim, int64_t dense_min_rows, int64_t mixed_max_rows);
 
 }  // namespace tokenmill
