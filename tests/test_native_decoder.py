@@ -14,8 +14,8 @@ from torch import nn
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
-from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
 from tokenmill.kernels.native_decoder import native_decoder
+from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
 from tokenmill.model.llama import LlamaForCausalLM
 from tokenmill.model.llama_presets import LLAMA_PRESETS
 from tokenmill.model.moe import MoEConfig

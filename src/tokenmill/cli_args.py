@@ -81,7 +81,7 @@ def _add_kernel_args(g) -> None:
                    help="run every step eagerly, op by op from Python; otherwise, on CUDA, steps replay CUDA "
                         "graphs captured at start-up per step size and context span (Llama-family models without "
                         "MoE), and on CPU the decoder layers run in one C++ call per step (dense Llama-family "
-                        "models on the panel or int4 kernels; same results)")
+                        "models; same results)")
     g.add_argument("--cuda-graph-sizes", type=int, nargs="+", default=None, metavar="N",
                    help="step sizes in rows (tokens computed) captured as CUDA graphs (a step pads to the next; "
                         "larger ones run eagerly); default 1 2 4 8, then every multiple of 16 up to --max-num-seqs, "

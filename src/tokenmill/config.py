@@ -93,8 +93,7 @@ class EngineConfig:
     (engine/decode_graphs.py; which steps: ``cuda_graph_mode``), for models
     whose forward never waits on the host (Llama family without MoE); on CPU,
     the decoder layers of dense Llama-family models run in one C++ call per
-    step where their linears are on the panel or int4 kernels
-    (kernels/native_decoder.py; bitwise the Python loop's results, batch-1
+    step (kernels/native_decoder.py; bitwise the Python loop's results, batch-1
     decode 1.5-1.7x faster: docs/PERFORMANCE.md). torch.compile measured slower
     than the C++ kernels on CPU and is not used there."""
     cuda_graph_sizes: tuple[int, ...] | None = None
