@@ -15,7 +15,7 @@ from tokenmill.config import EngineConfig
 def test_runs_switch_one_technique_on_at_a_time():
     full = EngineConfig()
     runs = uplift.uplift_configs(full, "cpu")
-    assert [label for label, _ in runs] == ["baseline", "+prefix-caching", "+kernels", "full"]
+    assert [label for label, _ in runs] == ["baseline", "+prefix-caching", "+kernels", "+native-step", "full"]
     base = runs[0][1]
     assert not base.enable_prefix_caching and base.enforce_eager and base.speculative_config is None
     assert (base.attention_backend, base.fused_ops, base.linear_backend) == ("torch", "torch", "torch")
@@ -28,6 +28,7 @@ def test_runs_switch_one_technique_on_at_a_time():
         ["baseline", "+prefix-caching", "+kernels", "+cuda-graphs", "+speculative", "full"]
     # A technique the flags switch off is not a run of its own.
     assert "+prefix-caching" not in dict(uplift.uplift_configs(EngineConfig(enable_prefix_caching=False), "cpu"))
+    assert "+native-step" not in dict(uplift.uplift_configs(EngineConfig(enforce_eager=True), "cpu"))
     with pytest.raises(ValueError, match="uplift"):
         uplift.uplift_configs(EngineConfig(deterministic=True), "cpu")
 

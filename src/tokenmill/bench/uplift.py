@@ -11,6 +11,8 @@ Techniques (each only where it applies):
 - ``+kernels``: the kernels the flags pick (CPU: the C++ attention, fused ops
   and prepacked/panel linears; CUDA: the compiled fused ops);
 - ``+cuda-graphs``: decode steps replayed as CUDA graphs (CUDA only);
+- ``+native-step`` (CPU): the kernels plus the decoder layers in one C++ call
+  per step (kernels/native_decoder.py), which runs only on those kernels;
 - ``+speculative``: the ``--speculative-config`` given (only with one).
 A technique the flags switch off is no run of its own (and is off in "full").
 Chunked prefill is always on: the scheduler has no switch for it yet.
@@ -34,11 +36,14 @@ def uplift_configs(config: EngineConfig, device_type: str) -> list[tuple[str, En
     if config.deterministic or config.quantization:
         raise ValueError("uplift: compares techniques of the default engine; drop --deterministic/--quantization")
     base = replace(config, **BASELINE)
+    kernels = {"attention_backend": config.attention_backend, "fused_ops": config.fused_ops,
+               "linear_backend": config.linear_backend}
     techniques = [("+prefix-caching", {"enable_prefix_caching": config.enable_prefix_caching}),
-                  ("+kernels", {"attention_backend": config.attention_backend, "fused_ops": config.fused_ops,
-                                "linear_backend": config.linear_backend})]
+                  ("+kernels", kernels)]
     if device_type == "cuda":
         techniques.append(("+cuda-graphs", {"enforce_eager": config.enforce_eager}))
+    elif not config.enforce_eager:
+        techniques.append(("+native-step", kernels | {"enforce_eager": False}))
     if config.speculative_config is not None:
         techniques.append(("+speculative", {"speculative_config": config.speculative_config}))
     runs = [("baseline", base)]
