@@ -338,3 +338,23 @@ def test_complete_stream_without_done_is_a_success(api, fake, tokenizer):
     fake.configure(send_done=False)
     outcome, *_ = asyncio.run(one_query(fake.url, text_sample(4), api=api, tokenizer=tokenizer))
     assert outcome.error is None and outcome.output_tokens == 4
+
+
+def test_idle_connections_are_dropped_before_the_server_closes_them():
+    """A pooled connection idle past the server's keep-alive is closed by the server;
+    a request sent on it as it closes fails ("connection reset"), so the client lets
+    its idle connections go sooner than uvicorn's default keep-alive."""
+    import uvicorn
+
+    from tokenmill.bench.openai_backend import KEEPALIVE_S
+
+    assert KEEPALIVE_S < uvicorn.Config(app=None).timeout_keep_alive
+
+    async def keepalive() -> float:
+        session = OpenAIBackend("http://127.0.0.1:1")._make_session()
+        try:
+            return session.connector._keepalive_timeout
+        finally:
+            await session.close()
+
+    assert asyncio.run(keepalive()) == KEEPALIVE_S

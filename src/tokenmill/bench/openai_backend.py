@@ -42,6 +42,9 @@ _RESERVED_KEYS = frozenset({"model", "messages", "prompt", "stream", "max_tokens
 _CLIP_CHARS = 120  # longest piece of a server's reply quoted in an error line
 _DRAIN_TIMEOUT_S = 0.5  # longest wait after [DONE] for the end of the response body
 _READ_BUFSIZE = 1 << 20  # aiohttp's line limit follows its read buffer: room for large chunks (logprobs)
+KEEPALIVE_S = 2.0
+"""Seconds an idle pooled connection is kept: below the 5 s after which uvicorn-based
+servers close theirs, so no request goes out on a connection the server is closing."""
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 """What a request can raise for reasons of the network or the server's connection."""
 
@@ -150,9 +153,12 @@ class OpenAIBackend:
 
     def _make_session(self) -> aiohttp.ClientSession:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        # Connections are kept alive and reused back to back (aiohttp's default);
-        # waiting for a free one from the pool is never timed out (connect=None).
-        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0)
+        # Connections are kept alive and reused back to back; waiting for a free one
+        # from the pool is never timed out (connect=None). An idle connection is
+        # dropped after KEEPALIVE_S, before servers close theirs (uvicorn's default,
+        # tokenmill's and vLLM's servers: 5 s): reusing one the server had just closed
+        # failed queries with "connection reset" at 1-2 QPS in Server runs.
+        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
         timeout = aiohttp.ClientTimeout(total=None, connect=None, sock_connect=self.timeout_s,
                                         sock_read=self.timeout_s)
         return aiohttp.ClientSession(headers=headers, connector=connector, timeout=timeout,
