@@ -94,7 +94,7 @@ class EngineConfig:
     whose forward never waits on the host (Llama family without MoE); on CPU,
     the decoder layers of dense Llama-family models run in one C++ call per
     step (kernels/native_decoder.py; bitwise the Python loop's results, batch-1
-    decode 1.5-1.7x faster: docs/PERFORMANCE.md). torch.compile measured slower
+    decode 1.3-1.7x faster: docs/PERFORMANCE.md). torch.compile measured slower
     than the C++ kernels on CPU and is not used there."""
     cuda_graph_sizes: tuple[int, ...] | None = None
     """Step sizes in rows (tokens computed) captured as CUDA graphs (a step pads

@@ -119,11 +119,7 @@ class EngineCore:
                                                           self.device, self.dtype, self.arch)
         if draft_model is not None:
             draft_model.ops = self.model.ops
-        for m in (self.model, draft_model):
-            if m is not None and hasattr(m, "native_decoder"):
-                m.native_decoder = resolve_native_decoder(c, self.device, self.fused_ops, self.attention_backend, m)
-        self.decoder_loop = "native" if getattr(self.model, "native_decoder", None) is not None else "python"
-        """native: the decoder layers run in one C++ call per step (kernels/native_decoder.py)."""
+        self._set_native_decoders(draft_model)
         graph_sizes = resolve_cuda_graph_sizes(c, self.device, self.model)
         self.runner = ModelRunner(self.model, c.num_kv_blocks, c.block_size, self.device, self.dtype, decode_kernel,
                                   resolve_latent_kernel(self.attention_backend), scratch_block=bool(graph_sizes))
@@ -142,6 +138,19 @@ class EngineCore:
         if graph_sizes:  # last: the capture sees every buffer the steps will use
             self.runner.capture_decode_graphs(graph_sizes, c.max_model_len,
                                               multi_token_runs=c.cuda_graph_mode == "full")
+
+    def _set_native_decoders(self, draft_model: nn.Module | None) -> None:
+        """The decoder layers in one C++ call per step (kernels/native_decoder.py), for
+        the model and its draft model, where it applies."""
+        for m in (self.model, draft_model):
+            if m is not None and hasattr(m, "native_decoder"):
+                m.native_decoder = resolve_native_decoder(self.config, self.device, self.fused_ops,
+                                                          self.attention_backend, m)
+
+    @property
+    def decoder_loop(self) -> str:
+        """native: the decoder layers run in one C++ call per step; python: op by op."""
+        return "native" if getattr(self.model, "native_decoder", None) is not None else "python"
 
     def _init_counters(self) -> None:
         """The cumulative counters stats() reports."""
