@@ -1,12 +1,15 @@
 """Batch-1 decode steps of several engine configurations in one process, their
 requests alternated round by round (this VM's speed drifts by tens of percent
 within minutes, so configurations timed one after another are not comparable).
-Each configuration is ``QUANTIZATION[:INT4_ACTIVATIONS][:eager]`` with
-QUANTIZATION one of bf16 (none), int8, int4; ``eager``: the Python layer loop
-(``enforce_eager``) instead of the C++ one (kernels/native_decoder.py).
+Each configuration is ``QUANTIZATION[:INT4_ACTIVATIONS][:eager][:torchhead]``
+with QUANTIZATION one of bf16 (none), int8, int4; ``eager``: the Python layer
+loop (``enforce_eager``) instead of the C++ one (kernels/native_decoder.py);
+``torchhead``: a quantized model's int8 LM head on torch's
+``_weight_int8pack_mm`` instead of the C++ int8_linear (an A/B switch only).
 
     python -m benchmarks.step_ab int4:int8 int4:float bf16
     python -m benchmarks.step_ab bf16 bf16::eager
+    python -m benchmarks.step_ab int4:int8 int4:int8::torchhead
 """
 
 from __future__ import annotations
@@ -23,10 +26,16 @@ from tokenmill.sampling_params import SamplingParams
 
 
 def _engine(spec: str, dtype: str) -> LLMEngine:
-    quantization, activations, eager = (spec.split(":") + ["", ""])[:3]
-    return LLMEngine(EngineConfig(dtype=dtype, quantization=None if quantization == "bf16" else quantization,
-                                  int4_activations=activations or "float", kv_cache_memory_gib=0.3,
-                                  enforce_eager=eager == "eager"))
+    quantization, activations, eager, head = (spec.split(":") + ["", "", ""])[:4]
+    engine = LLMEngine(EngineConfig(dtype=dtype, quantization=None if quantization == "bf16" else quantization,
+                                    int4_activations=activations or "float", kv_cache_memory_gib=0.3,
+                                    enforce_eager=eager == "eager"))
+    if head == "torchhead":
+        lm_head = engine.core.model.lm_head
+        if not hasattr(lm_head, "_int8_linear"):
+            raise SystemExit(f"{spec}: torchhead needs a quantized model (an int8 LM head)")
+        lm_head._int8_linear = None
+    return engine
 
 
 def main(argv=None) -> None:

@@ -26,7 +26,7 @@ from tokenmill.kernels.invariant_linear import InvariantLinear
 from tokenmill.kernels.mixed_linear import PANEL_MAX_ROWS, MixedLinear
 from tokenmill.kernels.packed_linear import PackedLinear
 
-PANELS, INT4, ONEDNN, MIXED, TORCH, INT8 = range(6)
+PANELS, INT4, ONEDNN, MIXED, TORCH, INT8, INT8_ROWS = range(7)
 """Linear kinds, as decoder_layers.cpp numbers them."""
 _NONE = torch.empty(0)
 """Stands for "no bias" and "no second tensor" (the C++ side reads numel 0 as absent)."""
@@ -97,7 +97,7 @@ def _describe(layer: nn.Module) -> tuple | None:
     if type(layer) is MixedLinear:
         return MIXED, layer.panels, layer.dense.packed, bias, n, -1, False
     if type(layer) is Int8Linear and layer.qweight.device.type == "cpu":
-        return INT8, layer.qweight, layer.scales, bias, n, -1, False
+        return INT8_ROWS if layer.uses_cpp_kernel else INT8, layer.qweight, layer.scales, bias, n, -1, False
     if type(layer) is Int4Linear and layer._int4_linear is not None:
         if layer.dense is None:
             return INT4, layer.packed, _NONE, bias, n, -1, layer.int8_activations

@@ -25,6 +25,7 @@
 //   mixed   panels on a up to mixed_max_rows rows, else onednn on b      MixedLinear
 //   torch   at::linear(x, a)                              nn.Linear
 //   int8    _weight_int8pack_mm(x in b's dtype, a, b)     Int8Linear (a: int8 [N, K], b: scales)
+//   int8rows int8_linear(x in b's dtype, a, b)           Int8Linear on the C++ kernel (AVX-512 builds)
 //   int4    int4_linear(x, a); from dense_min_rows rows, when it keeps one, its dense copy b (of
 //           dense kind panels, onednn or torch) on x in b's dtype, then the bias   Int4Linear
 // Empty (numel 0) tensors stand for "no bias" and "no second tensor".
@@ -41,7 +42,7 @@
 
 namespace {
 
-enum LinearKind : int64_t { kPanels = 0, kInt4 = 1, kOneDNN = 2, kMixed = 3, kTorch = 4, kInt8 = 5 };
+enum LinearKind : int64_t { kPanels = 0, kInt4 = 1, kOneDNN = 2, kMixed = 3, kTorch = 4, kInt8 = 5, kInt8Rows = 6 };
 
 struct LinearRef {
     int64_t kind;
@@ -94,8 +95,13 @@ torch::Tensor run_linear(const LinearRef& l, const torch::Tensor& x, const Thres
         case kMixed:
             return x.size(0) > th.mixed_max_rows ? onednn_linear(x, l.b, l.bias)
                                                  : tokenmill::invariant_linear(x, l.a, l.n, opt(l.bias));
-        case kInt8: {
-            torch::Tensor y = at::_weight_int8pack_mm(x.to(l.b.scalar_type()), l.a, l.b).to(x.scalar_type());
+        case kInt8:
+        case kInt8Rows: {
+            // Int8Linear.forward: x in the scales' (compute) dtype, x's dtype out, then the bias.
+            const torch::Tensor xc = x.to(l.b.scalar_type()).contiguous();
+            torch::Tensor y = (l.kind == kInt8 ? at::_weight_int8pack_mm(xc, l.a, l.b)
+                                               : tokenmill::int8_linear(xc, l.a, l.b, std::nullopt))
+                                  .to(x.scalar_type());
             return present(l.bias) ? y + l.bias : y;
         }
         case kInt4:

@@ -35,6 +35,11 @@ std::string int4_linear_isa();
 torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std::optional<torch::Tensor> bias,
                           bool int8_activations);
 
+// int8_linear.cpp
+std::string int8_linear_isa();
+torch::Tensor int8_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor scales,
+                          std::optional<torch::Tensor> bias);
+
 // decoder_layers.cpp
 torch::Tensor decoder_layers(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, const std::vector<torch::Tensor>& caches,
                              torch::Tensor slot_mapping, torch::Tensor block_tables, torch::Tensor context_lens,
