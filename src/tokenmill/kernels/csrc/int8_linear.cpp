@@ -8,8 +8,8 @@
 // place (no second layout in memory): the rows of a tile are adjacent in Q, so a thread reads
 // one sequential stream; 16 int8 weights are widened to float32 in registers (vpmovsxbd +
 // vcvtdq2ps) and multiplied by 16 float32 activations, shared by up to kMaxRows input rows.
-// Measured against torch's kernel on that head, weights from memory: 1.1x at one row, 1.2-1.6x at
-// 2-128 rows (python -m benchmarks.int8_head; docs/PERFORMANCE.md, thirteenth session).
+// Measured against torch's kernel on that head, weights from memory: python -m benchmarks.int8_head,
+// docs/PERFORMANCE.md (thirteenth session).
 //
 // Order of operations, fixed whatever M is and however the threads split the rows: lane j of
 // output (r, n) accumulates x[r, k] * q[n, k] for k = j, j + 16, .. ascending (one FMA each);
@@ -32,8 +32,8 @@ namespace {
 constexpr int64_t kLanes = 16;
 constexpr int kRowsPerTile = 4;   // weight rows (outputs) per tile
 constexpr int kMaxRows = 6;       // input rows per tile: kMaxRows x kRowsPerTile accumulators
-// Software prefetch distance in the tile's stream: at SmolLM2's LM head (one row, weights from memory) 8 KB
-// measured ~10% faster than none and 0-5% faster than 0.5, 2, 4 or 16 KB (an ad hoc A/B on an AVX-512 Xeon).
+// Software prefetch distance in the tile's stream (an ad hoc A/B on an AVX-512 Xeon, SmolLM2's LM head at one
+// row, weights from memory: 4, 8 and 16 KB within 2% of each other).
 constexpr int64_t kPrefetchBytes = 8192;
 
 #if defined(__AVX512F__)
@@ -46,7 +46,9 @@ void tile(const float* x, int64_t K, const int8_t* q, int64_t n0, float* acc /* 
         for (int w = 0; w < W; ++w) sum[r][w] = _mm512_setzero_ps();
     const int8_t* rows = q + n0 * K;
     for (int64_t k = 0; k < K; k += kLanes) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows + k + kPrefetchBytes), _MM_HINT_T0);
+        // The tile's W rows are W * K contiguous bytes, consumed W * 16 per step: one line ahead per step
+        // covers the whole stream (prefetching along row 0 alone covered a W-th of it: 1.6x slower).
+        _mm_prefetch(reinterpret_cast<const char*>(rows + k * W + kPrefetchBytes), _MM_HINT_T0);
         __m512 wv[W];
         for (int w = 0; w < W; ++w)
             wv[w] = _mm512_cvtepi32_ps(
