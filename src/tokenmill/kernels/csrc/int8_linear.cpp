@@ -156,6 +156,8 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor 
                                                                     : widen(x.data_ptr<c10::BFloat16>(), M * K);
     auto y = torch::empty({M, N}, x.options());
     const bool out_float = y.scalar_type() == torch::kFloat;
+    float* y_f = out_float ? y.data_ptr<float>() : nullptr;  // taken once, not per tile
+    c10::BFloat16* y_b = out_float ? nullptr : y.data_ptr<c10::BFloat16>();
     const int8_t* q = qweight.data_ptr<int8_t>();
     const float* s = scale_f.data_ptr<float>();
     const int64_t tiles = (N + kRowsPerTile - 1) / kRowsPerTile;
@@ -169,9 +171,9 @@ torch::Tensor int8_linear(torch::Tensor x, torch::Tensor qweight, torch::Tensor 
                 const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, M - m0));
                 run_tile(rows, width, xf.data() + m0 * K, K, q, n0, acc);
                 if (out_float)
-                    store(acc, rows, width, n0, N, s, b, y.data_ptr<float>() + m0 * N);
+                    store(acc, rows, width, n0, N, s, b, y_f + m0 * N);
                 else
-                    store(acc, rows, width, n0, N, s, b, y.data_ptr<c10::BFloat16>() + m0 * N);
+                    store(acc, rows, width, n0, N, s, b, y_b + m0 * N);
             }
         }
     });
