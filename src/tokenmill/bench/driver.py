@@ -142,8 +142,9 @@ class LoadGenDriver:
             record.prompt_tokens = outcome.prompt_tokens
         # The response data LoadGen logs (accuracy mode) is the output text.
         data = np.frombuffer(outcome.text.encode("utf-8") or b"\0", dtype=np.uint8).copy()
+        # LoadGen's TPOT divides by this count: the server's, where it reported one (QueryRecord.generated_tokens).
         lg.QuerySamplesComplete([lg.QuerySampleResponse(query_id, data.ctypes.data, data.nbytes,
-                                                        max(outcome.output_tokens, 1))])
+                                                        max(record.generated_tokens, 1))])
         with self._lock:
             self._records.append(record)
             self._texts[index] = outcome.text

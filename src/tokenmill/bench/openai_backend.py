@@ -7,7 +7,8 @@ text is parsed, and the query ends when ``run()`` returns. Output tokens are
 counted on the client side, by re-encoding the whole streamed text with the
 model's tokenizer once at the end, so every target is counted the same way
 whatever its ``usage`` says; the server's own count is kept beside it so that a
-mismatch shows in the report.
+mismatch shows in the report, and TPOT is taken over it where it exists
+(results.py ``QueryRecord.generated_tokens``).
 
 Every request asks for greedy decoding with ``ignore_eos`` (an extension that
 tokenmill, vLLM and llama.cpp honour): a benchmark needs each query to produce

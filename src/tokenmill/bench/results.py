@@ -49,12 +49,22 @@ class QueryRecord:
         return None if self.finished_s is None else self.finished_s - self.issued_s
 
     @property
+    def generated_tokens(self) -> int:
+        """Tokens the server generated: its own count where it reported one, else
+        the client's. Re-encoding an answer's text can merge neighbouring tokens
+        (random synthetic prompts draw odd continuations), and a TPOT over the
+        merged count would stretch the per-token time of every decode step."""
+        return self.usage_output_tokens if self.usage_output_tokens is not None else self.output_tokens
+
+    @property
     def tpot_s(self) -> float | None:
         """Mean time per output token after the first (LoadGen's definition:
-        (end - first token) / (tokens - 1)); None with fewer than 2 tokens."""
-        if self.first_token_s is None or self.finished_s is None or self.output_tokens < 2:
+        (end - first token) / (tokens - 1)) over ``generated_tokens``; None with
+        fewer than 2 tokens."""
+        n = self.generated_tokens
+        if self.first_token_s is None or self.finished_s is None or n < 2:
             return None
-        return (self.finished_s - self.first_token_s) / (self.output_tokens - 1)
+        return (self.finished_s - self.first_token_s) / (n - 1)
 
 
 @dataclass
