@@ -79,6 +79,13 @@ def _add_workload_args(w) -> None:
     w.add_argument("--target-qps", type=float, default=None,
                    help="server/interactive: simulate this offered QPS (the whole deployment's) instead of "
                         "searching the peak that meets the p99 limits")
+    w.add_argument("--replay", default=None, metavar="RESULTS",
+                   help="simulate the queries of a measured `tokenmill bench` run (its results.json or run folder): "
+                        "each arrives when LoadGen issued it, with its prompt and output tokens; prints measured vs "
+                        "simulated (replaces --scenario, --isl, --osl, --num-requests, --target-qps)")
+    w.add_argument("--no-enable-prefix-caching", action="store_true",
+                   help="with --replay: the server ran without prefix caching (default: a query whose sample was "
+                        "issued before in the run is replayed with its prompt cached)")
     w.add_argument("--max-num-seqs", type=int, default=256)
     w.add_argument("--max-num-batched-tokens", type=int, default=8192)
     w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
@@ -125,6 +132,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
     workload = Workload(args.scenario, args.isl, args.osl, args.num_requests, args.cached_tokens, preset,
                         args.ttft_ms, args.tpot_ms, args.target_qps)
+    if args.replay:
+        return _replay(arch, hw, deployment, workload, args)
     if args.uplift:
         if args.search or args.pareto:
             raise ValueError(f"--uplift and {'--search' if args.search else '--pareto'}: pick one (--uplift compares "
@@ -161,6 +170,29 @@ def parse_disagg(text: str | None):
         return PoolSplit(prefill, decode)
     except ValueError as e:
         raise ValueError(f"--disagg: {e}") from None
+
+
+def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from tokenmill.sim.predict import predict
+    from tokenmill.sim.replay import comparison_table, load_trace, measured_figures
+
+    for flag, given in (("--uplift", args.uplift), ("--search", args.search), ("--pareto", args.pareto)):
+        if given:
+            raise ValueError(f"--replay and {flag}: pick one (--replay simulates one deployment on a measured run)")
+    trace = load_trace(args.replay, prefix_caching=not args.no_enable_prefix_caching)
+    figures = predict(arch, hw, deployment, replace(workload, scenario=trace.result.scenario, requests=trace.requests,
+                                                    num_requests=len(trace.requests)))
+    if args.json:
+        print(json.dumps({"simulated": figures, "measured": measured_figures(trace), "queries": len(trace.requests),
+                          "failed_left_out": trace.skipped, "repeated_samples": trace.repeats,
+                          "cached_prompt_share": trace.cached_prompt_share}, indent=2))
+    else:
+        print(comparison_table(trace, figures))
+        print()
+        print(_table(figures))
+    return 0
 
 
 def _uplift(arch, hw, deployment, workload, as_json: bool) -> int:
@@ -223,7 +255,8 @@ def _table(f: dict) -> str:
         lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
                      f"max-num-seqs {c['max_num_seqs']:>5}{pools}: {c['tokens_per_s_per_gpu']:,.0f}")
     if f.get("pruned_by_offline_bound"):
-        lines.append(f"    ({f['pruned_by_offline_bound']} more skipped: their Offline figure could not reach the best)")
+        lines.append(f"    ({f['pruned_by_offline_bound']} more skipped: their Offline figure could not "
+                     "reach the best)")
     lines.append("  (the model's estimate; `tokenmill sim validate` and docs/SIMULATOR.md say how far to trust it)")
     return "\n".join(lines)
 

@@ -20,7 +20,7 @@ from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_tim
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.scenarios import find_peak_qps, limits_s, offline_requests, server_requests, single_stream
-from tokenmill.sim.serving import SimConfig, SimResult, simulate
+from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, simulate
 from tokenmill.sim.shapes import StepShape
 
 PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
@@ -65,6 +65,9 @@ class Workload:
     target_qps: float | None = None
     """server / interactive: simulate this QPS (per replica's share of it) instead
     of searching the peak that meets the limits."""
+    requests: tuple[SimRequest, ...] | None = None
+    """Simulate exactly these requests (a measured run's, sim/replay.py) instead of
+    drawing them; the whole deployment's load, dealt round-robin to replicas."""
 
 
 def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
@@ -109,7 +112,9 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         def run(requests):
             return simulate(requests, seconds, config)
     qps = None
-    if w.scenario == "offline":
+    if w.requests is not None:
+        result = run(list(w.requests if d.disagg else w.requests[::d.replicas]))  # one replica's share
+    elif w.scenario == "offline":
         result = run(offline_requests(num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens))
     elif w.scenario == "singlestream":
         if d.disagg:

@@ -1,0 +1,100 @@
+"""Replay a measured ``tokenmill bench`` run in the simulator (``tokenmill sim --replay RESULTS``).
+
+A Server run's p99 is its few slowest queries, and which queries are slow
+depends on the arrival times LoadGen drew: a simulated Poisson stream of the
+same rate is another draw, and its p99 differs by as much as the cost model's
+error. Replaying the run's own queries removes that: each query arrives when
+LoadGen issued it, with the prompt tokens it had and the output tokens it got
+(the server's count where it reported one), so simulated and measured
+percentiles compare the same requests. It also answers "what would this
+measured traffic do on other hardware" (``--hardware``).
+
+Prefix cache: LoadGen issues a dataset's samples again once it has issued
+each (a run of more queries than samples), and ``tokenmill serve`` caches
+prompts by default. A query whose sample was issued before is replayed with
+its whole prompt cached (the simulator keeps at least one block to compute,
+as the engine does) unless ``prefix_caching`` is off; eviction is not
+modelled, so the replay's hits are an upper bound (the run's own measured hit
+rate is printed beside them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenmill.bench.results import BenchResult, load_result
+from tokenmill.sim.serving import SimRequest
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The queries of one measured run, as the simulator's requests."""
+
+    requests: tuple[SimRequest, ...]
+    """In issue order; arrival 0 is the first query's issue."""
+    result: BenchResult
+    skipped: int
+    """Failed queries (or ones that produced no token) left out."""
+    repeats: int
+    """Queries whose sample had been issued before in the run (replayed as prefix hits when caching is on)."""
+
+    @property
+    def cached_prompt_share(self) -> float:
+        """Prompt tokens the replay treats as cached, over all prompt tokens."""
+        total = sum(r.prompt_tokens for r in self.requests)
+        return sum(r.cached_tokens for r in self.requests) / total if total else 0.0
+
+
+def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
+    """The successful queries of the bench run at ``path`` (results.json or its folder)."""
+    result = load_result(path)
+    done = sorted((q for q in result.queries if q.ok and q.first_token_s is not None), key=lambda q: q.issued_s)
+    done = [q for q in done if _output_tokens(q) >= 1 and q.prompt_tokens >= 1]
+    if not done:
+        raise ValueError(f"--replay: {path} holds no successful query with its prompt and output token counts")
+    t0, seen, repeats, requests = done[0].issued_s, set(), 0, []
+    for q in done:
+        repeat = q.sample_index in seen
+        seen.add(q.sample_index)
+        repeats += repeat
+        cached = q.prompt_tokens if repeat and prefix_caching else 0
+        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, _output_tokens(q), cached))
+    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats)
+
+
+def _output_tokens(q) -> int:
+    """The server's own count where it sent one (the client's re-encoding can merge tokens)."""
+    return q.usage_output_tokens if q.usage_output_tokens is not None else q.output_tokens
+
+
+def measured_figures(trace: Trace) -> dict:
+    """The run's figures in ``predict``'s terms (ms; output tokens/s)."""
+    m = trace.result.metrics
+    return {"tokens_per_s": m.tokens_per_s,
+            "ttft_ms": {"p50": m.ttft_ms.p50, "p99": m.ttft_ms.p99} if m.ttft_ms else None,
+            "tpot_ms": {"p50": m.tpot_ms.p50, "p99": m.tpot_ms.p99} if m.tpot_ms else None,
+            "prefix_cache_hit_rate": m.prefix_cache_hit_rate}
+
+
+def comparison_table(trace: Trace, simulated: dict) -> str:
+    """Markdown: measured vs simulated for the figures both have."""
+    measured = measured_figures(trace)
+    r, hit = trace.result, measured["prefix_cache_hit_rate"]
+    lines = [f"replay of {r.scenario} run {r.created} ({len(trace.requests)} queries, {trace.skipped} failed left "
+             f"out; {trace.repeats} repeated samples, {trace.cached_prompt_share:.0%} of prompt tokens replayed "
+             f"as cached; measured prefix-cache hit rate {'n/a' if hit is None else format(hit, '.0%')})",
+             "", "| figure | measured | simulated | sim / measured |", "|---|---|---|---|"]
+
+    def row(name: str, a: float | None, b: float | None, unit: str) -> None:
+        if a is None or b is None:
+            return
+        ratio = f"{b / a:.2f}" if a else "n/a"
+        lines.append(f"| {name} | {a:,.1f}{unit} | {b:,.1f}{unit} | {ratio} |")
+
+    row("output tokens/s", measured["tokens_per_s"], simulated["tokens_per_s"], "")
+    for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
+        for pct in ("p50", "p99"):
+            m, s = measured[key], simulated[key]
+            row(f"{label} {pct}", m and m[pct], s and s[pct], " ms")
+    return "\n".join(lines)
