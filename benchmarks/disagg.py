@@ -9,7 +9,9 @@
    chunks of ``--max-num-batched-tokens`` between its decode steps), runs a
    Server-scenario sweep over ``--qps`` with ``tokenmill bench``, stops it.
 3. Starts ``tokenmill serve --prefill-workers 1 --decode-workers 1`` and runs
-   the same sweep; reads its KV-transfer figures from /v1/workers.
+   the same sweep; reads its KV-transfer figures from /v1/workers. The system
+   ``disaggregated-nice`` is the same server with its prefill worker at
+   ``--prefill-worker-nice`` (decode steps and the server take a shared core first).
    One server at a time; every worker gets one core (``--worker-num-cpus 1``);
    prefix caching off on both unless ``--prefix-caching``.
 4. Measures this machine's memory copy rate (numpy, a 256 MiB copy) for the
@@ -35,7 +37,8 @@ import numpy as np
 from benchmarks.peers_servers import Launch, console_script, running_server
 from tokenmill.bench.results import load_result
 
-SYSTEMS = ("aggregated", "disaggregated")
+SYSTEMS = ("aggregated", "disaggregated", "disaggregated-nice")
+DEFAULT_SYSTEMS = "aggregated,disaggregated"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,11 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="every worker's step token budget (the aggregated workers' prefill chunk)")
     ap.add_argument("--disagg-min-prefill-tokens", type=int, default=256,
                     help="the disaggregated server's rule: shorter uncached prompts stay on the decode worker")
+    ap.add_argument("--disagg-max-prefill-queue", type=int, default=4,
+                    help="the disaggregated server's rule: prefills in flight per prefill worker at which new "
+                         "prompts stay on the decode worker")
     ap.add_argument("--prefix-caching", action="store_true",
                     help="leave prefix caching on (default off on both servers: LoadGen repeats samples within "
                          "and across runs, and a repeated long prompt served from cache is not the long "
                          "prefill this benchmark is about)")
-    ap.add_argument("--systems", default=",".join(SYSTEMS), help="which servers to run, in order")
+    ap.add_argument("--prefill-worker-nice", type=int, default=19,
+                    help="the nice value of the disaggregated-nice system's prefill worker")
+    ap.add_argument("--systems", default=DEFAULT_SYSTEMS,
+                    help=f"which servers to run, in order, from {', '.join(SYSTEMS)}")
     ap.add_argument("--output-dir", default="bench-results/disagg", help="workload, logs, results, summary")
     ap.add_argument("--seed", type=int, default=0)
     return ap
@@ -97,7 +106,10 @@ def launch(system: str, opts: argparse.Namespace) -> Launch:
         common.append("--no-enable-prefix-caching")
     roles = (["--workers", "2"] if system == "aggregated" else
              ["--prefill-workers", "1", "--decode-workers", "1",
-              "--disagg-min-prefill-tokens", str(opts.disagg_min_prefill_tokens)])
+              "--disagg-min-prefill-tokens", str(opts.disagg_min_prefill_tokens),
+              "--disagg-max-prefill-queue", str(opts.disagg_max_prefill_queue)])
+    if system == "disaggregated-nice":
+        roles += ["--prefill-worker-nice", str(opts.prefill_worker_nice)]
     return Launch([str(console_script("tokenmill")), "serve", *common, *roles])
 
 
@@ -112,9 +124,11 @@ def run_sweep(system: str, url: str, workload: Path, out: Path, opts: argparse.N
     for path in sorted(out.rglob("results.json")):
         r = load_result(path)
         m = r.metrics
+        tpots = [q.tpot_s * 1e3 for q in r.queries if q.ok and q.tpot_s is not None]
         points.append({"qps": r.settings.get("target_qps"), "valid": r.verdict.result == "VALID",
                        "reasons": r.verdict.reasons,
-                       "tpot_p99_ms": m.tpot_ms.p99, "tpot_p50_ms": m.tpot_ms.p50,
+                       "tpot_p99_ms": m.tpot_ms.p99, "tpot_p50_ms": m.tpot_ms.p50, "tpot_max_ms": m.tpot_ms.max,
+                       "over_tpot_limit": sum(t > opts.tpot_ms for t in tpots),
                        "ttft_p99_ms": m.ttft_ms.p99, "ttft_p50_ms": m.ttft_ms.p50,
                        "output_tok_s": m.tokens_per_s, "queries": m.num_queries, "errors": m.num_errors,
                        "dir": str(path.parent)})
@@ -138,8 +152,9 @@ def memcpy_gb_s(nbytes: int = 256 << 20, repeats: int = 5) -> float:
 
 
 def format_table(results: dict[str, list[dict]]) -> str:
-    rows = ["| offered QPS | system | TPOT p99 (ms) | TPOT p50 (ms) | TTFT p99 (ms) | output tok/s | LoadGen |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| offered QPS | system | TPOT p99 (ms) | TPOT p50 (ms) | TPOT max (ms) | queries over the TPOT limit "
+            "| TTFT p99 (ms) | output tok/s | LoadGen |",
+            "|---|---|---|---|---|---|---|---|---|"]
     qps = sorted({p["qps"] for points in results.values() for p in points})
     for q in qps:
         for system, points in results.items():
@@ -147,6 +162,7 @@ def format_table(results: dict[str, list[dict]]) -> str:
             if p is None:
                 continue
             rows.append(f"| {q:g} | {system} | {p['tpot_p99_ms']:.1f} | {p['tpot_p50_ms']:.1f} | "
+                        f"{p['tpot_max_ms']:.1f} | {p['over_tpot_limit']} of {p['queries']} | "
                         f"{p['ttft_p99_ms']:.0f} | {p['output_tok_s']:.1f} | "
                         f"{'VALID' if p['valid'] else 'INVALID'} |")
     return "\n".join(rows)
@@ -158,7 +174,11 @@ def peak_valid_qps(points: list[dict]) -> float | None:
 
 
 def main(argv=None) -> int:
-    opts = build_parser().parse_args(argv)
+    ap = build_parser()
+    opts = ap.parse_args(argv)
+    unknown = set(opts.systems.split(",")) - set(SYSTEMS)
+    if unknown:
+        ap.error(f"--systems: unknown {', '.join(sorted(unknown))} (choose from {', '.join(SYSTEMS)})")
     out = Path(opts.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     workload = out / "mixed.jsonl"
@@ -168,8 +188,8 @@ def main(argv=None) -> int:
     for system in opts.systems.split(","):
         with running_server(system, launch(system, opts), out / f"{system}-serve.log", timeout_s=600) as url:
             results[system] = run_sweep(system, url, workload, out / system, opts)
-            if system == "disaggregated":
-                transfer = disaggregation(url)
+            if system != "aggregated":
+                transfer[system] = disaggregation(url)
     copy_rate = memcpy_gb_s()
     summary = {"workload": shape, "tpot_limit_ms": opts.tpot_ms, "ttft_limit_ms": opts.ttft_ms,
                "max_num_batched_tokens": opts.max_num_batched_tokens, "prefix_caching": opts.prefix_caching,
@@ -179,11 +199,11 @@ def main(argv=None) -> int:
     print(format_table(results))
     for system, qps in summary["peak_valid_qps"].items():
         print(f"peak VALID QPS, {system}: {'none of the sweep' if qps is None else f'{qps:g}'}")
-    if transfer:
-        bw = transfer.get("bandwidth_bytes_per_s", 0) / 1e9
-        print(f"KV transfers: {transfer.get('transfers')} ({transfer.get('transfer_bytes', 0) / 1e6:.1f} MB, "
-              f"{transfer.get('blocks_skipped')} blocks skipped), {bw:.2f} GB/s end to end vs memcpy "
-              f"{copy_rate:.2f} GB/s on this machine; decisions {transfer.get('decisions')}")
+    for system, t in transfer.items():
+        bw = t.get("bandwidth_bytes_per_s", 0) / 1e9
+        print(f"KV transfers, {system}: {t.get('transfers')} ({t.get('transfer_bytes', 0) / 1e6:.1f} MB, "
+              f"{t.get('blocks_skipped')} blocks skipped), {bw:.2f} GB/s end to end vs memcpy "
+              f"{copy_rate:.2f} GB/s on this machine; decisions {t.get('decisions')}")
     return 0
 
 

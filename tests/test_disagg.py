@@ -28,6 +28,7 @@ CONFIG = EngineConfig(model="dummy:tiny", load_format="dummy", dtype="float32", 
                       num_threads=1)
 BS = CONFIG.block_size  # dummy:tiny: vocabulary of 512, so every token id here is < 512
 RULE = DisaggConfig(min_prefill_tokens=32, max_prefill_queue=8, transfer_timeout_s=20)
+PREFILL_NICE = 18  # the prefill worker runs below the decode workers' priority (Ray's 15; cluster/cpu_priority.py)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def cluster():
 
     started = start_ray(None, num_cpus=4)
     actors = launch_workers(CONFIG, 3, num_cpus=1, num_gpus=0, scheduling_strategy=None,
-                            roles=["prefill", "decode", "decode"])
+                            roles=["prefill", "decode", "decode"], nice_by_role={"prefill": PREFILL_NICE})
     engine = ClusterEngine(actors, Router(RouterConfig(policy="kv", block_size=BS)), started_ray=started,
                            disagg=RULE)
     yield engine
@@ -188,6 +189,38 @@ def test_metrics_and_workers_list_roles_and_transfers(cluster):
                  'tokenmill:disagg_prefill_decisions_total{decision="remote"}',
                  'tokenmill:role_num_requests_waiting{role="prefill"}'):
         assert name in metrics, name
+
+
+def _thread_nice_values(pid: int) -> dict[str, int]:
+    """Thread name -> nice value, for every thread of process ``pid``."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                out[f"{f.read().strip()}/{tid}"] = os.getpriority(os.PRIO_PROCESS, int(tid))
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads thread priorities from Linux's /proc")
+def test_the_prefill_worker_runs_below_the_decode_workers_priority(cluster):
+    """Every thread of the prefill worker (the step thread included: it starts
+    after the worker lowered its priority) runs at PREFILL_NICE; the decode
+    workers' step threads keep the value Ray started them at (its raylet's
+    worker_niceness, 15 by default, which it sets on the main thread only), and
+    /v1/workers reports each step thread's value."""
+    workers = cluster.describe_workers()
+    decode = {w["nice"] for w in workers if w["role"] == "decode"}
+    if max(decode) >= PREFILL_NICE:
+        pytest.skip(f"Ray starts its workers at nice {max(decode)}, not above PREFILL_NICE")
+    (prefill,) = [w for w in workers if w["role"] == "prefill"]
+    assert prefill["nice"] == PREFILL_NICE
+    values = _thread_nice_values(prefill["pid"])
+    assert len(values) >= 3 and set(values.values()) == {PREFILL_NICE}, values  # Ray's threads, the step thread
+    for w in workers:
+        if w["role"] == "decode":
+            assert max(_thread_nice_values(w["pid"]).values()) < PREFILL_NICE
 
 
 class _Wrapped:

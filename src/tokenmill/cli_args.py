@@ -188,6 +188,11 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--disagg-max-prefill-queue", type=int, default=4,
                    help="when every prefill worker has this many prefills in flight, new prompts are computed on "
                         "their decode worker (default 4)")
+    d.add_argument("--prefill-worker-nice", type=int, default=0,
+                   help="nice value (0..19) prefill workers run at: where they share a host's cores with decode "
+                        "workers and the server, decode steps then take a core first, so long prefills stretch "
+                        "TPOT less. Ray starts workers at nice 15 (its worker_niceness), so values above 15 "
+                        "act (19: the lowest priority); default 0: as Ray starts them")
 
 
 def cluster_options_from_args(args: argparse.Namespace):
@@ -198,7 +203,7 @@ def cluster_options_from_args(args: argparse.Namespace):
                           router_temperature=args.router_temperature, ray_address=args.ray_address,
                           worker_num_cpus=args.worker_num_cpus, worker_num_gpus=args.worker_num_gpus,
                           migration_limit=args.migration_limit, prefill_workers=args.prefill_workers,
-                          decode_workers=args.decode_workers,
+                          decode_workers=args.decode_workers, prefill_worker_nice=args.prefill_worker_nice,
                           disagg=DisaggConfig(min_prefill_tokens=args.disagg_min_prefill_tokens,
                                               max_prefill_queue=args.disagg_max_prefill_queue))
 

@@ -345,7 +345,7 @@ class ClusterEngine(DisaggHandoffs):
         for worker_id, h in self.workers.items():
             s = h.stats
             out.append({"id": worker_id, "node": h.info.node_id, "pid": h.info.pid, "alive": h.alive,
-                        "role": h.info.role,
+                        "role": h.info.role, "nice": h.info.nice,
                         "load": {"running": s.num_running, "waiting": s.num_waiting,
                                  "prefill_tokens_queued": s.prefill_tokens_queued} if s else None,
                         "kv_blocks_used": s.kv_blocks_used if s else None,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
+from tokenmill.cluster.cpu_priority import MAX_NICE
 from tokenmill.cluster.disagg import DisaggConfig
 from tokenmill.cluster.router.policies.kv import DEFAULT_OVERLAP_WEIGHT
 from tokenmill.config import EngineConfig
@@ -49,6 +50,8 @@ class ClusterOptions:
     """Disaggregated serving: workers that take the prompts' KV and decode (with prefill_workers)."""
     disagg: DisaggConfig = DisaggConfig()
     """When a prompt is computed on a prefill worker rather than on its decode worker."""
+    prefill_worker_nice: int = 0
+    """Nice value of prefill workers' processes (0..19): decode steps and the server take a shared core first."""
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -67,6 +70,8 @@ class ClusterOptions:
             raise ValueError("worker_num_cpus: must be positive (and worker_num_gpus >= 0)")
         if self.migration_limit < 0:
             raise ValueError(f"migration_limit: must be >= 0, got {self.migration_limit}")
+        if not 0 <= self.prefill_worker_nice <= MAX_NICE:
+            raise ValueError(f"prefill_worker_nice: must be 0..{MAX_NICE}, got {self.prefill_worker_nice}")
 
     @property
     def roles(self) -> list[str]:
@@ -93,7 +98,7 @@ def start_cluster(config: EngineConfig, options: ClusterOptions):
     started = start_ray(options.ray_address)
     try:
         actors = launch_workers(config, len(options.roles), options.worker_num_cpus, options.worker_num_gpus,
-                                roles=options.roles)
+                                roles=options.roles, nice_by_role={"prefill": options.prefill_worker_nice})
         return ClusterEngine(actors, router, config.tokenizer, config.max_waiting_requests, started_ray=started,
                              migration_limit=options.migration_limit, disagg=options.disagg)
     except BaseException:
@@ -127,12 +132,13 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
 
 def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_gpus: float,
                    max_restarts: int = -1, scheduling_strategy: str | None = "SPREAD",
-                   roles: list[str] | None = None) -> list:
+                   roles: list[str] | None = None, nice_by_role: dict[str, int] | None = None) -> list:
     """Create ``num_workers`` EngineWorker actors; each loads the model itself.
     Threads per worker default to the CPUs it was given (at least 1).
     ``scheduling_strategy`` 'SPREAD' puts workers on different nodes when it can.
     ``roles``: one per worker (default: all aggregated); prefill and decode
-    workers are named prefill-i and decode-i, aggregated ones worker-i."""
+    workers are named prefill-i and decode-i, aggregated ones worker-i.
+    ``nice_by_role``: role -> the nice value its workers run at (default 0)."""
     import ray
 
     from tokenmill.cluster.worker import EngineWorker
@@ -150,4 +156,6 @@ def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_
         raise ValueError(f"roles: {len(roles)} given for {num_workers} workers")
     names = [f"worker-{i}" if role == "aggregated" else f"{role}-{roles[:i].count(role)}"
              for i, role in enumerate(roles)]
-    return [actor_class.options(**options).remote(name, config_json, role) for name, role in zip(names, roles)]
+    nice_by_role = nice_by_role or {}
+    return [actor_class.options(**options).remote(name, config_json, role, nice=nice_by_role.get(role, 0))
+            for name, role in zip(names, roles)]

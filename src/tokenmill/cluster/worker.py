@@ -22,7 +22,8 @@ then released on the core's thread); a ``decode`` worker reports which leading
 blocks of a prompt it already holds (``held_prefix``) and takes the rest with
 the request (``import_kv``). A decode worker also serves whole requests (a
 prefill kept local). How the blocks travel is the transport's
-(cluster/kv_transport.py).
+(cluster/kv_transport.py). A worker may run at a lower CPU priority (``nice``:
+prefill workers under ``--prefill-worker-nice``, cluster/cpu_priority.py).
 
 The class is plain Python; ``cluster/launch.py`` wraps it with ``ray.remote``
 at placement time (CPUs, GPUs, restarts), so it can be tested without Ray.
@@ -37,6 +38,7 @@ import threading
 
 import msgspec
 
+from tokenmill.cluster.cpu_priority import lower_process_priority
 from tokenmill.cluster.kv_transport import make_transport
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
@@ -75,16 +77,21 @@ class WorkerInfo(msgspec.Struct, frozen=True):
     """aggregated | prefill | decode (ROLES)."""
     kv_layout: KVLayout | None = None
     """What one block of its cache holds: prefill and decode workers must agree."""
+    nice: int = 0
+    """The nice value its step thread runs at (cluster/cpu_priority.py)."""
 
 
 class EngineWorker:
     def __init__(self, worker_id: str, config_json: bytes, role: str = "aggregated",
-                 kv_transport: str = "ray-object-store"):
+                 kv_transport: str = "ray-object-store", nice: int = 0):
         """config_json: an EngineConfig as msgspec JSON (plain data, no pickle);
-        role: one of ROLES; kv_transport: a cluster.kv_transport name."""
+        role: one of ROLES; kv_transport: a cluster.kv_transport name; nice: the
+        nice value to run at (0..19), set before the step thread starts so that
+        it and its OpenMP threads inherit it."""
         config = msgspec.json.decode(config_json, type=EngineConfig)
         if role not in ROLES:
             raise ValueError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
+        lower_process_priority(nice)
         self.worker_id, self.role = worker_id, role
         self.transport = make_transport(kv_transport)
         self._inbox: list[tuple[str, object]] = []  # ("submit" | "finish", bytes), ("import", (request, blocks)),
@@ -102,7 +109,7 @@ class EngineWorker:
             self.info = WorkerInfo(worker_id, _node_id(), os.getpid(), self.core.config.served_model_name,
                                    self.core.max_model_len, self.core.arch.vocab_size,
                                    self.core.config.block_size, self.core.tokenizer_source, role,
-                                   self.core.kv_layout)
+                                   self.core.kv_layout, os.getpriority(os.PRIO_PROCESS, 0))
 
         self._thread = start_step_thread(build, self._run, f"tokenmill-{worker_id}")
 
