@@ -3,7 +3,7 @@
 Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device cuda``:
 1. microbenchmarks: memory read bandwidth (summing a 512 MiB tensor; 1 GiB on
    a GPU) and dense GEMM rate (1024^3 matmuls; 8192^3 on a GPU) in the
-   engine's dtype: the profile's peaks;
+   engine's dtype (on a CPU, or float32's where that is faster): the profile's peaks;
 2. our engine's own step times as it serves (the embedded model, or
    ``--model``; outputs streamed to consumers on an event loop, as `tokenmill
    bench` and `serve` read them): decode steps at several batch sizes and two
@@ -76,15 +76,21 @@ def measure_peaks(dtype, device) -> tuple[float, float]:
         sync()
         best_bw = max(best_bw, big.numel() * 4 / (time.perf_counter() - start))
     n, reps = (8192, 20) if cuda else (1024, 4)
-    a = torch.randn(n, n, dtype=dtype, device=device)
+    # On a CPU, the engine's bf16 linears widen their weights to float32 in registers where the
+    # CPU has no bf16 arithmetic (kernels/csrc), so they run at the float32 FMA rate, which torch's
+    # own bf16 matmul does not reach there (49 vs ~150 GFLOP/s on a 2-core Xeon without
+    # AVX512-BF16): the peak is the faster of the two.
+    dtypes = (dtype,) if cuda or dtype == torch.float32 else (dtype, torch.float32)
     best_flops = 0.0
-    for _ in range(5):
-        sync()
-        start = time.perf_counter()
-        for _ in range(reps):
-            a @ a
-        sync()
-        best_flops = max(best_flops, reps * 2 * n ** 3 / (time.perf_counter() - start))
+    for kind in dtypes:
+        a = torch.randn(n, n, dtype=kind, device=device)
+        for _ in range(5):
+            sync()
+            start = time.perf_counter()
+            for _ in range(reps):
+                a @ a
+            sync()
+            best_flops = max(best_flops, reps * 2 * n ** 3 / (time.perf_counter() - start))
     return best_bw, best_flops
 
 
