@@ -88,6 +88,7 @@ def test_the_command_prints_measured_against_simulated(tmp_path, capsys):
                  "--replay", str(path)]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["queries"] == 5 and doc["measured"]["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert doc["measured"]["tokens_per_s"] == pytest.approx(84 / 3.0)  # the server's 84 tokens over 10.0-13.0 s
     assert doc["simulated"]["config"]["num_requests"] == 5
     assert main(["sim", "--replay", str(path), "--search"]) == 2
     assert "--replay and --search" in capsys.readouterr().err

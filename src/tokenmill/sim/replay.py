@@ -50,7 +50,7 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
     """The successful queries of the bench run at ``path`` (results.json or its folder)."""
     result = load_result(path)
     done = sorted((q for q in result.queries if q.ok and q.first_token_s is not None), key=lambda q: q.issued_s)
-    done = [q for q in done if _output_tokens(q) >= 1 and q.prompt_tokens >= 1]
+    done = [q for q in done if q.generated_tokens >= 1 and q.prompt_tokens >= 1]
     if not done:
         raise ValueError(f"--replay: {path} holds no successful query with its prompt and output token counts")
     t0, seen, repeats, requests = done[0].issued_s, set(), 0, []
@@ -59,19 +59,16 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
         seen.add(q.sample_index)
         repeats += repeat
         cached = q.prompt_tokens if repeat and prefix_caching else 0
-        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, _output_tokens(q), cached))
+        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, cached))
     return Trace(tuple(requests), result, len(result.queries) - len(done), repeats)
 
 
-def _output_tokens(q) -> int:
-    """The server's own count where it sent one (the client's re-encoding can merge tokens)."""
-    return q.usage_output_tokens if q.usage_output_tokens is not None else q.output_tokens
-
-
 def measured_figures(trace: Trace) -> dict:
-    """The run's figures in ``predict``'s terms (ms; output tokens/s)."""
+    """The run's figures in ``predict``'s terms (ms; output tokens/s by the server's count
+    where it reported one, as the replayed requests are)."""
     m = trace.result.metrics
-    return {"tokens_per_s": m.tokens_per_s,
+    tokens_per_s = m.tokens_per_s if m.usage_output_tokens is None else m.usage_output_tokens / m.duration_s
+    return {"tokens_per_s": tokens_per_s,
             "ttft_ms": {"p50": m.ttft_ms.p50, "p99": m.ttft_ms.p99} if m.ttft_ms else None,
             "tpot_ms": {"p50": m.tpot_ms.p50, "p99": m.tpot_ms.p99} if m.tpot_ms else None,
             "prefix_cache_hit_rate": m.prefix_cache_hit_rate}
