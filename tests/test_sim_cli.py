@@ -60,6 +60,22 @@ def test_help_names_every_simulated_model():
     assert set(MODEL_NAMES) == set(SIM_MODELS)
 
 
+def test_help_names_every_dataset_distribution():
+    from tokenmill.sim.cli import DATASET_NAMES
+    from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS
+
+    assert set(DATASET_NAMES) == set(DATASET_DISTRIBUTIONS)
+
+
+def test_dataset_draws_prompts_and_keeps_the_published_output_mean(capsys):
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--dataset", "llama3.1-8b",
+                 "--num-requests", "60", "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["config"]
+    assert (c["dataset"], c["isl"], c["osl"]) == ("llama3.1-8b", 871, 129)
+    assert main(["sim", "--dataset", "llama3.1-8b", "--isl", "100", "--num-requests", "60"]) == 2
+    assert "--isl and --dataset" in capsys.readouterr().err
+
+
 def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
     from dataclasses import replace
 

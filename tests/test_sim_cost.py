@@ -74,8 +74,10 @@ def test_shapes_match_the_archs_own_counts(name):
 
 
 def test_published_parameter_counts():
-    # Model cards: 8.03 B, 70.6 B, 405.9 B (Llama), 671 B (DeepSeek-R1).
-    expected = {"llama3.1-8b": 8.03e9, "llama3.3-70b": 70.6e9, "llama3.1-405b": 405.9e9, "deepseek-r1": 671e9}
+    # Model cards: 8.03 B, 70.6 B, 405.9 B (Llama), 671 B (DeepSeek-R1); Llama-2-70B 68.98 B
+    # (the HF checkpoint's parameter count).
+    expected = {"llama3.1-8b": 8.03e9, "llama3.3-70b": 70.6e9, "llama3.1-405b": 405.9e9, "deepseek-r1": 671e9,
+                "llama2-70b": 68.98e9}
     for name, n in expected.items():
         assert SIM_MODELS[name].num_params() == pytest.approx(n, rel=0.01), name
 
@@ -227,3 +229,24 @@ def test_attention_dp_kv_capacity_is_per_group():
     room = hw.memory_bytes * 0.9 - weight_bytes(arch, "fp4", layout)
     one_device = room / (kv_bytes_per_token(arch, PRECISION_BYTES_KV["fp4"], layout) * 16)
     assert blocks == int(8 * one_device)
+
+
+def test_gemm_fraction_per_precision_replaces_the_default_for_that_precision_only():
+    from dataclasses import replace
+
+    from tokenmill.sim.hardware import Efficiency
+
+    arch, h100 = get_model("llama3.1-8b"), get_hardware("h100")
+    prefill = StepShape(prefills=(PrefillChunk(4096, 0),))
+    slow_fp8 = replace(h100, efficiency=replace(h100.efficiency, gemm_by_precision={"fp8": 0.35}))
+
+    def compute(hw, precision):
+        return step_time(step_cost(arch, prefill, Parallel(), precision, 1), hw, precision).compute_s
+
+    # Half the fraction: the GEMM part of a compute-bound prefill takes twice as long in fp8, bf16 unchanged.
+    assert compute(slow_fp8, "fp8") > 1.8 * compute(h100, "fp8")
+    assert compute(slow_fp8, "bf16") == compute(h100, "bf16")
+    with pytest.raises(ValueError, match="gemm_by_precision"):
+        Efficiency(gemm_by_precision={"int3": 0.5})
+    with pytest.raises(ValueError, match=r"gemm_by_precision\[fp4\]"):
+        Efficiency(gemm_by_precision={"fp4": 1.5})

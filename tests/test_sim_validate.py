@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.published import RESULTS, PublishedResult
-from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel, table
+from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel, row_workload, table
 
 
 @pytest.mark.parametrize("text, parallel", [
@@ -43,8 +44,9 @@ def test_check_row_simulates_the_best_batch():
 
 
 @pytest.mark.parametrize("kw, reason", [
-    (dict(model="llama2-70b"), "not in the simulator"),
-    (dict(isl=None, osl=None, dataset="deepseek-r1", scenario="offline"), "input lengths not published"),
+    (dict(model="mixtral-8x7b"), "not in the simulator"),
+    (dict(isl=None, osl=None, dataset="gpt-oss-120b", scenario="offline"), "input lengths not published"),
+    (dict(isl=None, osl=None), "no input and output lengths"),
     (dict(parallel="TP2 PP2", num_gpus=4), "pipeline parallel"),
     (dict(parallel="TP4", num_gpus=6), "does not divide"),
 ])
@@ -53,10 +55,35 @@ def test_check_row_skips_with_a_reason(kw, reason):
     assert checked.simulated is None and reason in checked.skipped
 
 
+def _mlperf_row(**kw) -> PublishedResult:
+    return _row(**{**dict(isl=None, osl=None, dataset="llama3.1-8b", scenario="offline", tokens_per_s_per_gpu=8000.0),
+                   **kw})
+
+
+def test_mlperf_rows_draw_the_dataset_lengths():
+    w = row_workload(_mlperf_row(scenario="server"), num_requests=100)
+    assert (w.scenario, w.dataset, w.preset) == ("server", "llama3.1-8b", "llama3.1-8b")
+    assert w.isl == pytest.approx(871, abs=2)  # the dataset's mean prompt (CNN-DailyMail, 13,368 samples)
+    assert w.osl == 129  # the published v6.0 Offline log's tokens per sample
+    isl, osl = w.lengths()
+    rng = np.random.default_rng(0)
+    prompts = [isl(rng) for _ in range(2000)]
+    assert 79 <= min(prompts) and max(prompts) <= 2540 and len(set(prompts)) > 100
+    assert np.mean(prompts) == pytest.approx(871, rel=0.03) and osl(rng) == 129
+
+
+def test_mlperf_server_row_runs_the_peak_search_on_a_searched_layout():
+    offline = check_row(_mlperf_row(parallel=None), num_requests=48, seq_choices=(16,))
+    server = check_row(_mlperf_row(parallel=None, scenario="server"), num_requests=48, seq_choices=(16,))
+    assert offline.parallel == Parallel(tp=1) and "(searched)" in table([offline])
+    # Meeting the p99 limits costs throughput: the Server figure stays below the Offline bound.
+    assert 0 < server.simulated < offline.simulated
+
+
 def test_table_counts_rows_within_tolerance():
     row = _row()
     checked = [Checked(row, 3450.0 * (1 + TOLERANCE / 2), 64), Checked(row, 3450.0 * 2, 64),
-               Checked(_row(model="llama2-70b"), None, None, "model llama2-70b not in the simulator")]
+               Checked(_row(model="mixtral-8x7b"), None, None, "model mixtral-8x7b not in the simulator")]
     text = table(checked)
     assert "1 of 2 rows within 25%" in text and "1 skipped" in text
     assert "2.00 **x**" in text and "1.12 |" in text

@@ -14,8 +14,11 @@ import json
 from tokenmill.sim.hardware import HARDWARE, get_hardware
 
 SCENARIOS = ("offline", "server", "interactive", "singlestream")
-MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "deepseek-r1", "smollm2-135m", "gpt-oss-120b")
+MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "llama2-70b", "deepseek-r1", "smollm2-135m",
+               "gpt-oss-120b")
 """sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
+DATASET_NAMES = ("deepseek-r1", "llama3.1-405b", "llama3.1-8b", "llama2-70b")
+"""sim/mlperf_lengths.py's DATASET_DISTRIBUTIONS (a test keeps them equal)."""
 
 
 def add_sim_args(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +27,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "(microbenchmarks and the engine's step times, on --device) and write the "
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
-                             "(--num-requests per replica and batch size; --json)")
+                             "(--num-requests per replica and batch size; --model: only that model's rows; --json)")
     _add_deployment_args(parser.add_argument_group("what to simulate"))
     _add_workload_args(parser.add_argument_group("workload and scheduler"))
     _add_calibrate_args(parser.add_argument_group("calibrate"))
@@ -68,8 +71,12 @@ def _add_deployment_args(g) -> None:
 
 def _add_workload_args(w) -> None:
     w.add_argument("--scenario", choices=SCENARIOS, default="offline")
-    w.add_argument("--isl", type=int, default=1024, help="prompt tokens per request")
-    w.add_argument("--osl", type=int, default=1024, help="output tokens per request")
+    w.add_argument("--isl", type=int, default=None, help="prompt tokens per request (default 1024)")
+    w.add_argument("--osl", type=int, default=None,
+                   help="output tokens per request (default 1024; with --dataset: the mean a published run generated)")
+    w.add_argument("--dataset", default=None, choices=DATASET_NAMES,
+                   help="draw each prompt's length from this MLPerf dataset's distribution (sim/mlperf_lengths.py) "
+                        "and outputs of --osl tokens on average, shaped like its reference answers (replaces --isl)")
     w.add_argument("--num-requests", type=int, default=2000)
     w.add_argument("--cached-tokens", type=int, default=0, help="prompt tokens each request finds in the prefix cache")
     w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
@@ -130,8 +137,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
-    workload = Workload(args.scenario, args.isl, args.osl, args.num_requests, args.cached_tokens, preset,
+    workload = Workload(args.scenario, *_lengths(args), args.num_requests, args.cached_tokens, preset,
                         args.ttft_ms, args.tpot_ms, args.target_qps)
+    if args.dataset:
+        workload = replace(workload, dataset=args.dataset, osl_max=_dataset_lengths(args.dataset).osl_max)
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     if args.uplift:
@@ -154,6 +163,25 @@ def cmd_sim(args: argparse.Namespace) -> int:
         figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def _dataset_lengths(name: str):
+    from tokenmill.sim.published import DATASETS
+
+    return next(d for d in DATASETS if d.benchmark == name)
+
+
+def _lengths(args: argparse.Namespace) -> tuple[int, int]:
+    """(isl, osl): the flags, or with --dataset its mean prompt and the published runs' mean output."""
+    if not args.dataset:
+        return args.isl or 1024, args.osl or 1024
+    if args.isl is not None:
+        raise ValueError("--isl and --dataset: pick one (--dataset draws prompt lengths from the dataset)")
+    from tokenmill.sim.mlperf_lengths import get_distribution
+
+    published = _dataset_lengths(args.dataset)
+    osl = args.osl or round(published.osl_observed or published.osl_mean)
+    return round(get_distribution(args.dataset).inputs.mean), osl
 
 
 def parse_disagg(text: str | None):
@@ -267,8 +295,11 @@ def _validate(args: argparse.Namespace) -> int:
     from tokenmill.sim.published import RESULTS
     from tokenmill.sim.validate import table, validate
 
-    with tqdm(total=len(RESULTS), desc="Simulating published rows", unit="row", leave=False) as bar:
-        checked = validate(args.num_requests, progress=bar.update)
+    rows = tuple(r for r in RESULTS if args.model in (None, r.model))
+    if not rows:
+        raise ValueError(f"--model: no published row of {args.model!r}")
+    with tqdm(total=len(rows), desc="Simulating published rows", unit="row", leave=False) as bar:
+        checked = validate(args.num_requests, rows, progress=bar.update)
     if args.json:
         print(json.dumps([{"model": c.row.model, "hardware": c.row.hardware, "num_gpus": c.row.num_gpus,
                            "precision": c.row.precision, "parallel": c.row.parallel, "scenario": c.row.scenario,

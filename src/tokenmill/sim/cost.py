@@ -200,13 +200,15 @@ class _Rows:
 def _rows(shape: StepShape) -> _Rows:
     t = shape.tokens_per_decode
     # Row j (1..t) of a decode with context c attends c + j keys; a prefill chunk of n
-    # on context c attends n*c + n(n+1)/2 (causal, masked blocks skipped).
-    decode_pairs = sum(t * c + t * (t + 1) // 2 for c in shape.decode_contexts)
+    # on context c attends n*c + n(n+1)/2 (causal, masked blocks skipped). Summed over
+    # the decodes in closed form: a step can hold thousands, and this runs every step.
+    contexts = sum(shape.decode_contexts)
+    decode_pairs = t * contexts + len(shape.decode_contexts) * (t * (t + 1) // 2)
     prefill_pairs = sum(p.num_tokens * p.context + p.num_tokens * (p.num_tokens + 1) // 2 for p in shape.prefills)
     prefix = sum(p.context for p in shape.prefills)
     return _Rows(rows=shape.num_tokens, logit_rows=shape.num_decodes * t + len(shape.prefills),
                  decode_pairs=decode_pairs, prefill_pairs=prefill_pairs, prefix_tokens=prefix,
-                 kv_read_tokens=sum(shape.decode_contexts) + prefix)
+                 kv_read_tokens=contexts + prefix)
 
 
 def _window_rows(shape: StepShape, full: _Rows, window: int) -> _Rows:
@@ -321,7 +323,7 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
                          f"choose from {sorted(hardware.flops)}")
     eff = hardware.efficiency
     attn_rate = hardware.flops.get("bf16", hardware.flops[precision])
-    compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm)
+    compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision))
                + cost.attention_flops / (attn_rate * eff.attention))
     memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
     link = hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw

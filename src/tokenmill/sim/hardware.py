@@ -36,6 +36,11 @@ class Efficiency:
     gemm: float = 0.7
     """Large GEMMs reach ~65-75% of the dense tensor-core peak (0.66 measured above;
     an 8192^3 bf16 matmul reaches ~0.8 on the same H100)."""
+    gemm_by_precision: dict[str, float] = field(default_factory=dict, hash=False)
+    """The GEMM fraction for the precisions listed (e.g. {"fp8": 0.5}), in place of
+    ``gemm``: low-precision tensor-core peaks are 2x and 4x bf16's, and kernels reach
+    a smaller share of them (activation quantization and block-scale epilogues run
+    beside the MMA). Empty: ``gemm`` for every precision."""
     memory: float = 0.75
     """Weight-streaming GEMV/skinny-GEMM kernels reach ~70-80% of HBM peak (0.76 measured above)."""
     attention: float = 0.5
@@ -71,6 +76,9 @@ class Efficiency:
     small-message NCCL or custom all-reduce takes a few microseconds regardless
     of size, which dominates TP decode at small batch."""
 
+    def gemm_for(self, precision: str) -> float:
+        return self.gemm_by_precision.get(precision, self.gemm)
+
     def replays(self, cost) -> bool:
         """Whether the engine replays a step of ``cost`` (a StepCost) as a CUDA graph."""
         if self.graph_max_rows is not None:
@@ -78,10 +86,14 @@ class Efficiency:
         return cost.decode_only
 
     def __post_init__(self) -> None:
-        for name in ("gemm", "memory", "attention", "comm"):
-            value = getattr(self, name)
+        values = {name: getattr(self, name) for name in ("gemm", "memory", "attention", "comm")}
+        values.update({f"gemm_by_precision[{k}]": v for k, v in self.gemm_by_precision.items()})
+        for name, value in values.items():
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency.{name}: must be in (0, 1], got {value}")
+        if set(self.gemm_by_precision) - set(PRECISIONS):
+            raise ValueError(f"efficiency.gemm_by_precision: unknown precisions "
+                             f"{sorted(set(self.gemm_by_precision) - set(PRECISIONS))}; choose from {PRECISIONS}")
         if min(self.step_overhead_s, self.seq_overhead_s, self.collective_latency_s,
                self.eager_step_overhead_s or 0.0) < 0:
             raise ValueError("efficiency: overheads must be >= 0 seconds")

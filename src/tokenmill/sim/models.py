@@ -107,6 +107,13 @@ SIM_MODELS: dict[str, ArchInfo] = {
     "llama3.1-8b": _llama31(hidden=4096, intermediate=14336, layers=32, heads=32),
     "llama3.3-70b": _llama31(hidden=8192, intermediate=28672, layers=80, heads=64),
     "llama3.1-405b": _llama31(hidden=16384, intermediate=53248, layers=126, heads=128),
+    # meta-llama/Llama-2-70b-hf config.json: hidden 8192, intermediate 28672, 80 layers, 64 heads, 8 KV
+    # heads, vocab 32000, 4,096 positions, rope_theta 10000, no rope scaling, untied, bos 1, eos 2
+    # (MLPerf's llama2-70b benchmark model).
+    "llama2-70b": ModelArch(family="llama", vocab_size=32000, hidden_size=8192, intermediate_size=28672,
+                            num_layers=80, num_heads=64, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-5,
+                            rope_theta=10000.0, max_position_embeddings=4096, tie_word_embeddings=False,
+                            bos_token_id=1, eos_token_ids=(2,)),
     # deepseek-ai/DeepSeek-R1 config.json, already a registry preset (model/deepseek_presets.py).
     "deepseek-r1": DEEPSEEK_PRESETS["deepseek-r1"],
     # The embedded model (SmolLM2-135M-Instruct): the registry's preset of its shape.
@@ -203,8 +210,23 @@ class ModelShape:
         return self.dense_params + moe + self.embed_params + head + self.norm_params
 
 
+_SHAPES: dict[int, tuple[ArchInfo, ModelShape]] = {}
+"""model_shape's results by id(arch), with the arch itself (kept alive, so the id is not
+reused): the simulator asks once per step, thousands of times per run."""
+
+
 def model_shape(arch: ArchInfo) -> ModelShape:
     """The shape of a Llama-family, DeepSeek-V3 or gpt-oss arch; ValueError for another family."""
+    cached = _SHAPES.get(id(arch))
+    if cached is not None and cached[0] is arch:
+        return cached[1]
+    shape = _shape_of(arch)
+    if len(_SHAPES) < 256:
+        _SHAPES[id(arch)] = (arch, shape)
+    return shape
+
+
+def _shape_of(arch: ArchInfo) -> ModelShape:
     if isinstance(arch, ModelArch):
         return _llama_shape(arch)
     if isinstance(arch, DeepseekArch):

@@ -68,6 +68,18 @@ class Workload:
     requests: tuple[SimRequest, ...] | None = None
     """Simulate exactly these requests (a measured run's, sim/replay.py) instead of
     drawing them; the whole deployment's load, dealt round-robin to replicas."""
+    dataset: str | None = None
+    """Draw each request's lengths from this MLPerf dataset's distribution
+    (sim/mlperf_lengths.py): prompts as the dataset's, outputs of mean ``osl``
+    capped at ``osl_max``; ``isl`` is then the dataset's mean, for display."""
+    osl_max: int | None = None
+
+    def lengths(self):
+        """(prompt lengths, output lengths) for sim/scenarios.py: ints, or draws from ``dataset``."""
+        if self.dataset is None:
+            return self.isl, self.osl
+        from tokenmill.sim.mlperf_lengths import length_draws
+        return length_draws(self.dataset, self.osl, self.osl_max)
 
 
 def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
@@ -112,25 +124,26 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         def run(requests):
             return simulate(requests, seconds, config)
     qps = None
+    isl, osl = w.lengths()
     if w.requests is not None:
         result = run(list(w.requests if d.disagg else w.requests[::d.replicas]))  # one replica's share
     elif w.scenario == "offline":
-        result = run(offline_requests(num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens))
+        result = run(offline_requests(num_requests, isl, osl, cached_tokens=w.cached_tokens))
     elif w.scenario == "singlestream":
         if d.disagg:
             raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
-        result = single_stream(min(w.num_requests, 64), w.isl, w.osl, seconds, config)
+        result = single_stream(min(w.num_requests, 64), isl, osl, seconds, config)
     elif w.target_qps is not None:
         qps = w.target_qps / share
-        result = run(server_requests(qps, w.isl, w.osl, num_requests=num_requests, cached_tokens=w.cached_tokens))
+        result = run(server_requests(qps, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens))
     else:
         limits = limits_s(w.preset, w.scenario)
         limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
         # No more than the Offline rate of the same requests (find_peak_qps: a burst is not a rate),
         # and the search starts there, halving: the peak is usually within a few halvings of it, and
         # low-QPS runs (many small steps) are the slowest to simulate.
-        capacity = run(offline_requests(num_requests, w.isl, w.osl, cached_tokens=w.cached_tokens)).requests_per_s
-        qps, result = find_peak_qps(lambda q: server_requests(q, w.isl, w.osl, num_requests=num_requests,
+        capacity = run(offline_requests(num_requests, isl, osl, cached_tokens=w.cached_tokens)).requests_per_s
+        qps, result = find_peak_qps(lambda q: server_requests(q, isl, osl, num_requests=num_requests,
                                                               cached_tokens=w.cached_tokens),
                                     seconds, config, limits, run=run, max_qps=capacity, start_qps=capacity)
     return _figures(result, hw, d, w, blocks, qps, share)
@@ -168,7 +181,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "disagg": asdict(d.disagg) if d.disagg else None,
-                   "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "num_requests": w.num_requests,
+                   "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
+                   "num_requests": w.num_requests,
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,

@@ -51,6 +51,9 @@ class PublishedResult:
     parallel: str | None
     source: str
     note: str = ""
+    num_requests: int | None = None
+    """Requests in the measured run, where the source states it (a finite Offline run's
+    throughput includes its ramp-up and drain)."""
 
 
 _INF = "github.com/mlcommons/inference @b66003e"
@@ -95,7 +98,9 @@ DATASETS: tuple[DatasetLengths, ...] = (
     ),
 )
 """No file in the MLCommons inference repository states a mean or median input length for any of
-these benchmarks, so isl_mean is None throughout."""
+these benchmarks, so isl_mean is None throughout. The per-sample input lengths are public
+elsewhere: sim/mlperf_lengths.py holds their distributions (DeepSeek-R1, Llama-3.1-405B and -8B,
+Llama-2-70B; not gpt-oss-120b) with the source."""
 
 MLPERF_LATENCY_LIMITS: dict[str, dict[str, tuple[float, float]]] = {
     "llama2-70b": {"server": (2000, 200), "interactive": (450, 40)},
@@ -135,15 +140,24 @@ _TRT_DSR1 = ("NVIDIA/TensorRT-LLM docs/source/blogs/Best_perf_practice_on_DeepSe
              "@01c4ece9, 'Per GPU Output Throughput'")
 
 
+_TRT_REQUESTS_NEW = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500}
+"""``$num_requests`` per ISL/OSL pair, the new page's "Preparing a Dataset" table (the same file)."""
+_TRT_REQUESTS_OLD = {(128, 2048): 3000, (2048, 128): 3000, (1000, 1000): 3000, (20000, 2000): 1000}
+"""The same table of the older page (its 1000/1000 entry also serves the new page's 1000/1000
+column, which its own table does not list)."""
+
+
 def _trt(model: str, hw: str, n: int, prec: str, isl: int, osl: int, per_gpu: float, parallel: str,
          note: str = "") -> PublishedResult:
-    return PublishedResult(model, hw, n, prec, "throughput", isl, osl, None, per_gpu, parallel, _TRT_NEW, note)
+    requests = _TRT_REQUESTS_NEW.get((isl, osl)) or _TRT_REQUESTS_OLD.get((isl, osl))
+    return PublishedResult(model, hw, n, prec, "throughput", isl, osl, None, per_gpu, parallel, _TRT_NEW, note,
+                           requests)
 
 
 def _trt_total(model: str, hw: str, n: int, prec: str, isl: int, osl: int, total: float,
                parallel: str) -> PublishedResult:
     return PublishedResult(model, hw, n, prec, "throughput", isl, osl, None, total / n, parallel, _TRT_OLD,
-                           f"{total:,} tok/s total / {n} GPUs")
+                           f"{total:,} tok/s total / {n} GPUs", _TRT_REQUESTS_OLD[(isl, osl)])
 
 
 RESULTS: tuple[PublishedResult, ...] = (

@@ -4,18 +4,29 @@ Each published row names a model, a hardware kind, a GPU count, a precision, a
 parallel layout and a workload; the simulator runs the same deployment and the
 row's error is simulated / published - 1 in output tokens/s per GPU.
 
-Which rows run: the fixed-length throughput rows (TensorRT-LLM's tables: an
-Offline run of ISL/OSL-token requests) whose model the simulator knows and
-whose layout it can express (tensor parallel, expert parallel, attention DP;
-not pipeline parallel). The MLPerf rows need their datasets' input lengths,
-which no source read states (published.py), so they are listed as skipped
-with that reason rather than run on a guess.
+Which rows run: those whose model the simulator knows and whose layout it
+can express (tensor parallel, expert parallel, attention DP; not pipeline
+parallel). TensorRT-LLM's tables are Offline runs of fixed ISL/OSL-token
+requests. MLPerf rows draw their requests from the dataset's length
+distribution (sim/mlperf_lengths.py; outputs of the mean the published run's
+log shows) and run the row's scenario: Offline, or Server / Interactive at the
+peak QPS that meets MLPerf's p99 TTFT/TPOT limits (the bench presets). An
+MLPerf row that names no layout gets the best of the deployment search's
+layouts (sim/search.py ``layouts``) of up to ``MAX_SEARCHED_DEVICES``
+devices: the submitter chose its own too.
 
-Batch size: a max-throughput table is measured at the batch its engine was
+Batch size: a max-throughput run is measured at the batch its engine was
 tuned to, so each row is simulated at every ``max_num_seqs`` of the
 deployment search (sim/search.py ``SEQ_CHOICES``; per device under attention
-DP) that the KV cache holds whole, and at that limit, and the best is kept
-(larger batches would only preempt).
+DP) that the KV cache holds whole, and at that limit (larger batches would
+only preempt), and the best is kept. A row whose source states its run's
+request count (TensorRT-LLM's tables: 1,000-30,000 requests) simulates
+exactly that many, ramp-up and drain included, as the published figure
+does; the others run ``--num-requests`` per replica (at least two batches). Server and Interactive rows run the
+peak search on each layout's batch limits in increasing order, up to the
+first limit its peak run does not fill (a larger one only admits more
+sequences than that load brings), skipping candidates whose Offline figure
+times ``BOUND_MARGIN`` cannot reach the best found.
 """
 
 from __future__ import annotations
@@ -25,14 +36,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tokenmill.sim.cost import Parallel
-from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.hardware import Hardware, get_hardware
+from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS
 from tokenmill.sim.models import SIM_MODELS, get_model
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
-from tokenmill.sim.published import RESULTS, PublishedResult
-from tokenmill.sim.search import SEQ_CHOICES
+from tokenmill.sim.published import DATASETS, RESULTS, PublishedResult
+from tokenmill.sim.search import BOUND_MARGIN, SEQ_CHOICES, layouts
 
 TOLERANCE = 0.25
 """The issue's bar for a published row: within 25%."""
+MAX_SEARCHED_DEVICES = 8
+"""Replica sizes searched for a row that names no layout: up to one 8-GPU node (a replica's
+batch, and so the cost of simulating it, grows with its devices under attention DP)."""
+CAP_BINDS = 0.8
+"""A peak Server run whose mean batch stays under this share of ``max_num_seqs`` was
+not limited by it (module docstring: larger limits are then not simulated)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,8 @@ class Checked:
     max_num_seqs: int | None
     skipped: str = ""
     """Why the row did not run."""
+    parallel: Parallel | None = None
+    """The layout simulated (the row's own, or the best searched)."""
 
     @property
     def error(self) -> float | None:
@@ -65,59 +85,131 @@ def parse_parallel(text: str | None) -> Parallel:
     return Parallel(tp=tp, ep=ep)
 
 
-def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, ...] = SEQ_CHOICES) -> Checked:
-    """Simulate one row at each batch size of ``seq_choices``; the best tokens/s per GPU."""
+def row_workload(row: PublishedResult, num_requests: int) -> Workload:
+    """The requests a row was measured on: fixed ISL/OSL, or its MLPerf dataset's
+    lengths (module docstring); ValueError when the dataset's are not known."""
+    if row.dataset is None:
+        return Workload("offline", row.isl, row.osl, num_requests)
+    dist = DATASET_DISTRIBUTIONS.get(row.dataset)
+    lengths = next((d for d in DATASETS if d.benchmark == row.dataset), None)
+    if dist is None or lengths is None:
+        raise ValueError(f"{row.dataset} dataset: input lengths not published")
+    osl = lengths.osl_observed or lengths.osl_mean
+    return Workload(row.scenario, round(dist.inputs.mean), round(osl), num_requests, preset=row.dataset,
+                    dataset=row.dataset, osl_max=lengths.osl_max)
+
+
+def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, ...] = SEQ_CHOICES,
+              hardware_for: Callable[[str], Hardware] = get_hardware) -> Checked:
+    """Simulate one row at each layout and batch size; the best tokens/s per GPU.
+    ``hardware_for``: the profile of a ``--hardware`` name (a fit swaps efficiencies)."""
     if row.model not in SIM_MODELS:
         return Checked(row, None, None, f"model {row.model} not in the simulator")
-    if row.isl is None or row.osl is None:
-        return Checked(row, None, None, f"{row.dataset} dataset: input lengths not published")
+    if row.dataset is None and (row.isl is None or row.osl is None):
+        return Checked(row, None, None, "no input and output lengths published")
     try:
-        parallel = parse_parallel(row.parallel)
+        workload = row_workload(row, num_requests)
+        given = parse_parallel(row.parallel) if row.parallel else None
     except ValueError as e:
         return Checked(row, None, None, str(e))
-    if row.num_gpus % parallel.devices:
+    if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
-    arch, hw = get_model(row.model), get_hardware(row.hardware)
-    base = Deployment(row.num_gpus, parallel, row.precision)
-    try:
-        blocks = check_deployment(arch, hw, base)
-    except ValueError as e:  # the weights do not fit
-        return Checked(row, None, None, str(e))
-    # Batches the KV cache holds whole (more only preempt), and that limit itself.
-    fit = blocks // -(-(row.isl + row.osl) // base.block_size)
-    if fit < 1:
-        return Checked(row, None, None, f"one {row.isl}+{row.osl}-token request does not fit the KV cache")
-    per = parallel.devices if parallel.attention_dp else 1
-    batches = sorted({s * per for s in seq_choices if s * per <= fit} | {min(fit, max(seq_choices) * per)})
-    best: tuple[float, int] | None = None
-    for seqs in batches:
-        deployment = replace(base, max_num_seqs=seqs, max_num_batched_tokens=max(8192, seqs))
-        figures = predict(arch, hw, deployment, Workload("offline", row.isl, row.osl, max(num_requests, 2 * seqs)))
-        if best is None or figures["tokens_per_s_per_gpu"] > best[0]:
-            best = (figures["tokens_per_s_per_gpu"], seqs)
-    return Checked(row, best[0], best[1])
+    arch, hw = get_model(row.model), hardware_for(row.hardware)
+    parallels = [given] if given else [p for p in layouts(arch, hw, row.num_gpus) if p.devices <= MAX_SEARCHED_DEVICES]
+    candidates, why = _offline_candidates(arch, hw, row, workload, parallels, seq_choices)
+    if not candidates:
+        return Checked(row, None, None, why)
+    if workload.scenario == "offline":
+        score, deployment = candidates[0]
+    else:
+        score, deployment = _peak(arch, hw, workload, candidates)
+    return Checked(row, score, deployment.max_num_seqs, parallel=deployment.parallel)
+
+
+def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, parallels: list[Parallel],
+                        seq_choices: tuple[int, ...]) -> tuple[list[tuple[float, Deployment]], str]:
+    """(Offline tokens/s per GPU, deployment) for every layout and batch the KV cache
+    holds, best first; with the reason none ran when the list is empty."""
+    out, why = [], "no layout fits"
+    for parallel in parallels:
+        base = Deployment(row.num_gpus, parallel, row.precision)
+        try:
+            blocks = check_deployment(arch, hw, base)
+        except ValueError as e:  # the weights do not fit
+            why = str(e)
+            continue
+        fit = blocks // -(-(workload.isl + workload.osl) // base.block_size)
+        if fit < 1:
+            why = f"one {workload.isl}+{workload.osl}-token request does not fit the KV cache"
+            continue
+        per = parallel.devices if parallel.attention_dp else 1
+        # A run of a published request count: exactly that many per replica, and no batch above it.
+        measured = -(-row.num_requests // base.replicas) if row.num_requests else None
+        top = min(fit, max(seq_choices) * per, measured or fit)
+        for seqs in sorted({s * per for s in seq_choices if s * per <= top} | {top}):
+            d = replace(base, max_num_seqs=seqs, max_num_batched_tokens=max(8192, seqs))
+            requests = measured or max(workload.num_requests, 2 * seqs)
+            offline = replace(workload, scenario="offline", num_requests=requests)
+            out.append((predict(arch, hw, d, offline)["tokens_per_s_per_gpu"], d))
+    return sorted(out, key=lambda c: -c[0]), why
+
+
+def _peak(arch, hw, workload: Workload, candidates: list[tuple[float, Deployment]]) -> tuple[float, Deployment]:
+    """The best peak-QPS tokens/s per GPU over ``candidates``: each layout's batch
+    limits in increasing order, until the latency limits hold a run back (its mean
+    batch and its throughput both under ``CAP_BINDS`` of the batch limit and of the
+    Offline figure: a larger batch limit would run the same steps at that QPS); a
+    candidate whose Offline figure times ``BOUND_MARGIN`` cannot reach the best
+    found is skipped."""
+    best: tuple[float, Deployment] | None = None
+    for parallel in dict.fromkeys(d.parallel for _, d in candidates):
+        for bound, d in sorted(((b, d) for b, d in candidates if d.parallel == parallel),
+                               key=lambda c: c[1].max_num_seqs):
+            if best is not None and bound * BOUND_MARGIN < best[0]:
+                continue
+            w = replace(workload, num_requests=max(workload.num_requests, 2 * d.max_num_seqs))
+            figures = predict(arch, hw, d, w)
+            if best is None or figures["tokens_per_s_per_gpu"] > best[0]:
+                best = (figures["tokens_per_s_per_gpu"], d)
+            # The limits, not the batch limit, held this run back: larger limits change nothing.
+            # (A run at the cap's own Offline rate, the search's ceiling, says nothing of the kind.)
+            if (figures["mean_batch_size"] < CAP_BINDS * d.max_num_seqs
+                    and figures["tokens_per_s_per_gpu"] < CAP_BINDS * bound):
+                break
+    return best
 
 
 def validate(num_requests: int = 1000, rows: tuple[PublishedResult, ...] = RESULTS,
-             progress: Callable[[int], None] | None = None) -> list[Checked]:
+             progress: Callable[[int], None] | None = None,
+             hardware_for: Callable[[str], Hardware] = get_hardware) -> list[Checked]:
     out = []
     for row in rows:
-        out.append(check_row(row, num_requests))
+        out.append(check_row(row, num_requests, hardware_for=hardware_for))
         if progress:
             progress(1)
     return out
 
 
+def _layout(c: Checked) -> str:
+    """The row's published layout, or the one the search chose (marked)."""
+    if c.row.parallel or c.parallel is None:
+        return c.row.parallel or "-"
+    p = c.parallel
+    text = f"TP{p.tp}" + (f" EP{p.ep}" if p.ep > 1 else "") + (" attention-DP" if p.attention_dp else "")
+    return f"{text} (searched)"
+
+
 def table(checked: list[Checked]) -> str:
     """Markdown: the rows that ran, then a summary line, then the skipped rows by reason."""
     ran = [c for c in checked if c.simulated is not None]
-    lines = ["| model | hardware | GPUs | precision | layout | ISL/OSL | published tok/s/GPU | simulated | "
-             "sim / published | best max-num-seqs |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | hardware | GPUs | precision | scenario | layout | ISL/OSL | published tok/s/GPU | simulated | "
+             "sim / published | best max-num-seqs |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in ran:
         r = c.row
         mark = "" if abs(c.error) <= TOLERANCE else " **x**"
-        lines.append(f"| {r.model} | {r.hardware} | {r.num_gpus} | {r.precision} | {r.parallel} | {r.isl}/{r.osl} "
-                     f"| {r.tokens_per_s_per_gpu:,.0f} | {c.simulated:,.0f} | {c.error + 1:.2f}{mark} | "
+        lengths = f"{r.isl}/{r.osl}" if r.dataset is None else f"{r.dataset} dataset"
+        lines.append(f"| {r.model} | {r.hardware} | {r.num_gpus} | {r.precision} | {r.scenario} | {_layout(c)} | "
+                     f"{lengths} | {r.tokens_per_s_per_gpu:,.0f} | {c.simulated:,.0f} | {c.error + 1:.2f}{mark} | "
                      f"{c.max_num_seqs} |")
     within = sum(abs(c.error) <= TOLERANCE for c in ran)
     errors = sorted(abs(c.error) for c in ran)
