@@ -250,3 +250,21 @@ def test_gemm_fraction_per_precision_replaces_the_default_for_that_precision_onl
         Efficiency(gemm_by_precision={"int3": 0.5})
     with pytest.raises(ValueError, match=r"gemm_by_precision\[fp4\]"):
         Efficiency(gemm_by_precision={"fp4": 1.5})
+
+
+def test_expert_parallel_step_runs_at_the_busiest_ranks_pace():
+    from tokenmill.sim.cost import ep_imbalance
+
+    # The published anchor: DeepSeek-R1's 256 experts over 32 ranks, busiest rank 2.56x the mean.
+    assert ep_imbalance(32, 256) == pytest.approx(2.56, abs=0.01)
+    assert ep_imbalance(1, 256) == 1.0 and ep_imbalance(8, 0) == 1.0
+    values = [ep_imbalance(e, 256) for e in (2, 4, 8, 16, 32, 64)]
+    assert values == sorted(values) and values[0] > 1.0
+    # Expert GEMMs and all-to-all grow by the factor; the attention and the weights read do not.
+    r1, shape = get_model("deepseek-r1"), StepShape(decode_contexts=(1000,) * 512)
+    layout = Parallel(tp=1, ep=8, attention_dp=True)
+    busiest = step_cost(r1, shape, layout, "fp8", 1)
+    balanced = busiest.gemm_flops - 2 * 512 * 58 * 8 * model_shape(r1).expert_params * (ep_imbalance(8, 256) - 1) / 8
+    mean = step_cost(r1, shape, Parallel(tp=1, ep=1, attention_dp=False), "fp8", 1)
+    assert balanced == pytest.approx(mean.gemm_flops / 8, rel=1e-9)
+    assert busiest.weight_bytes < mean.weight_bytes and busiest.alltoall_bytes > 0

@@ -11,8 +11,10 @@ ep)`` devices. Non-expert layers (attention, dense MLPs, shared experts, LM head
 run tensor-parallel over ``attn_tp`` devices (``tp``, or 1 with ``attention_dp``)
 and data-parallel over ``dp = devices / attn_tp`` groups, each holding 1/dp of
 the step's sequences. Routed experts are split over ``ep`` ranks and each expert
-is tensor-parallel over ``etp = devices / ep`` devices. Counts assume perfect
-balance: sequences spread evenly over dp groups, tokens evenly over experts.
+is tensor-parallel over ``etp = devices / ep`` devices. Sequences spread evenly
+over dp groups; tokens do not spread evenly over expert-parallel ranks, and the
+busiest rank sets the step's pace (``ep_imbalance``): the expert GEMM FLOPs and
+the all-to-all traffic are that rank's.
 
 Sliding-window layers (``ModelShape.num_sliding_layers``, gpt-oss's every other
 layer) attend over at most ``sliding_window`` keys and read at most that many
@@ -23,6 +25,7 @@ Units: FLOPs, bytes, seconds; every ``StepCost`` field is per device.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,6 +46,12 @@ precision. MXFP4 (OCP Microscaling): 4-bit E2M1 values plus one 8-bit (E8M0) sca
 per 32 values, 4.25 bits (gpt-oss model card, sec. 2.1); the experts' biases, kept
 in bf16 by the checkpoint, are counted alike (0.03% of the experts). Their GEMMs
 still run at the deployment's precision (an engine dequantizes the weights into them)."""
+EXPERT_LOAD_CV = 1.68
+"""Coefficient of variation of the tokens routed to each expert, from one published
+figure: DeepSeek-R1 on 32 GB200 GPUs with EP32 and no expert load balancing, the
+busiest rank received 2.56x the mean (NVIDIA/TensorRT-LLM docs/source/blogs/tech_blog/
+blog4, "Scaling Expert Parallelism in TensorRT-LLM (Part 1)"), solved for CV with
+``ep_imbalance``'s formula at 256 experts over 32 ranks. Not measured for other models."""
 ACT_BYTES = 2.0
 """Activations and all-reduce payloads are bf16."""
 LOGIT_BYTES = 4.0
@@ -154,6 +163,17 @@ def expected_distinct_experts(rows: int, num_experts: int, top_k: int) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** rows)
 
 
+def ep_imbalance(ep: int, num_experts: int, cv: float = EXPERT_LOAD_CV) -> float:
+    """Busiest expert-parallel rank's tokens over the mean rank's. A rank holds
+    E/ep experts, so its load's CV is cv / sqrt(E/ep) if experts' loads are
+    independent; the largest of ep such loads sits about sqrt(2 ln ep) standard
+    deviations above the mean (the Gaussian extreme-value estimate). 1 for ep = 1.
+    DeepSeek-R1's 256 experts: 1.35 at EP4, 1.61 at EP8, 2.56 at EP32."""
+    if ep <= 1 or num_experts <= 0:
+        return 1.0
+    return 1.0 + cv * math.sqrt(ep / num_experts) * math.sqrt(2.0 * math.log(ep))
+
+
 def _expert_bytes(s: ModelShape, bpp: float) -> float:
     """Bytes per routed-expert parameter: the checkpoint's own format where it has one."""
     return bpp if s.expert_precision is None else EXPERT_FORMAT_BYTES[s.expert_precision]
@@ -226,10 +246,12 @@ def _window_rows(shape: StepShape, full: _Rows, window: int) -> _Rows:
                    prefix_tokens=prefix, kv_read_tokens=int(np.minimum(contexts, window).sum()) + prefix)
 
 
-def _flops(s: ModelShape, r: _Rows, window: _Rows, devices: int) -> tuple[float, float]:
-    """(gemm, attention) FLOPs per device; ``window``: the counts of the sliding-window layers."""
-    moe = s.num_moe_layers
-    per_row = s.dense_params + moe * s.router_params + moe * s.top_k * s.expert_params
+def _flops(s: ModelShape, r: _Rows, window: _Rows, p: Parallel) -> tuple[float, float]:
+    """(gemm, attention) FLOPs per device (the busiest EP rank's expert share);
+    ``window``: the counts of the sliding-window layers."""
+    moe, devices = s.num_moe_layers, p.devices
+    per_row = (s.dense_params + moe * s.router_params
+               + moe * s.top_k * s.expert_params * ep_imbalance(p.ep, s.num_experts))
     gemm = 2.0 * (r.rows * per_row + r.logit_rows * s.lm_head_params)
 
     def per_layer(c: _Rows) -> int:
@@ -280,7 +302,8 @@ def _comm(s: ModelShape, r: _Rows, p: Parallel, precision: str) -> tuple[float, 
     a2a = 0.0
     if s.num_moe_layers and p.ep > 1:
         dispatch = 1.0 if precision in ("fp8", "fp4") else ACT_BYTES
-        sent = r.rows / p.devices * s.top_k * s.hidden * (p.ep - 1) / p.ep
+        # The busiest rank receives (and sends back) ep_imbalance times the mean's tokens.
+        sent = r.rows / p.devices * s.top_k * s.hidden * (p.ep - 1) / p.ep * ep_imbalance(p.ep, s.num_experts)
         a2a = s.num_moe_layers * sent * (dispatch + ACT_BYTES)
         calls += 2 * s.num_moe_layers
     return ar, a2a, calls
@@ -291,7 +314,7 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
     """One step of ``shape`` (the whole replica's rows) as seen by one of its devices."""
     s, bpp, r, p = model_shape(arch), _bytes_per_param(precision), _rows(shape), parallel
     window = _window_rows(shape, r, s.sliding_window) if s.num_sliding_layers else r
-    gemm, attn = _flops(s, r, window, p.devices)
+    gemm, attn = _flops(s, r, window, p)
     # KV bytes per token of the full layers and of the sliding-window ones (which still
     # write every new token, into the window they keep).
     full_layers = s.num_layers - s.num_sliding_layers

@@ -20,12 +20,12 @@ tuned to, so each row is simulated at every ``max_num_seqs`` of the
 deployment search (sim/search.py ``SEQ_CHOICES``; per device under attention
 DP) that the KV cache holds whole, and at that limit (larger batches would
 only preempt), and the best is kept. A row whose source states its run's
-request count (TensorRT-LLM's tables: 1,000-30,000 requests) simulates
+request count (TensorRT-LLM's tables: 1,000-3,000 requests) simulates
 exactly that many, ramp-up and drain included, as the published figure
-does; the others run ``--num-requests`` per replica (at least two batches). Server and Interactive rows run the
-peak search on each layout's batch limits in increasing order, up to the
-first limit its peak run does not fill (a larger one only admits more
-sequences than that load brings), skipping candidates whose Offline figure
+does; the others run ``--num-requests`` per replica (at least two batches).
+Server and Interactive rows run the peak search on each layout's batch
+limits in increasing order, until the latency limits rather than the batch
+limit hold a run back (``_peak``), skipping candidates whose Offline figure
 times ``BOUND_MARGIN`` cannot reach the best found.
 """
 
