@@ -238,14 +238,17 @@ def test_gemm_fraction_per_precision_replaces_the_default_for_that_precision_onl
 
     arch, h100 = get_model("llama3.1-8b"), get_hardware("h100")
     prefill = StepShape(prefills=(PrefillChunk(4096, 0),))
+    plain = replace(h100, efficiency=replace(h100.efficiency, gemm_by_precision={}))  # 0.7 for every precision
     slow_fp8 = replace(h100, efficiency=replace(h100.efficiency, gemm_by_precision={"fp8": 0.35}))
 
     def compute(hw, precision):
         return step_time(step_cost(arch, prefill, Parallel(), precision, 1), hw, precision).compute_s
 
     # Half the fraction: the GEMM part of a compute-bound prefill takes twice as long in fp8, bf16 unchanged.
-    assert compute(slow_fp8, "fp8") > 1.8 * compute(h100, "fp8")
-    assert compute(slow_fp8, "bf16") == compute(h100, "bf16")
+    assert compute(slow_fp8, "fp8") > 1.8 * compute(plain, "fp8")
+    assert compute(slow_fp8, "bf16") == compute(plain, "bf16") == compute(h100, "bf16")
+    # The profiles' default: the fitted low-precision fractions (hardware.py LOW_PRECISION_GEMM).
+    assert h100.efficiency.gemm_for("fp8") == 0.46 and h100.efficiency.gemm_for("bf16") == 0.7
     with pytest.raises(ValueError, match="gemm_by_precision"):
         Efficiency(gemm_by_precision={"int3": 0.5})
     with pytest.raises(ValueError, match=r"gemm_by_precision\[fp4\]"):

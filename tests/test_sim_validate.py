@@ -108,3 +108,15 @@ def test_bench_presets_carry_the_published_mlperf_limits():
         preset = PRESETS[model]
         assert (preset.server.ttft_ms, preset.server.tpot_ms) == limits["server"], model
         assert (preset.interactive.ttft_ms, preset.interactive.tpot_ms) == limits["interactive"], model
+
+
+def test_validate_in_processes_keeps_the_rows_order():
+    from tokenmill.sim.validate import validate
+
+    rows = (_row(), _row(model="mixtral-8x7b"), _row(isl=128, osl=128))
+    serial = validate(16, rows)
+    parallel = validate(16, rows, jobs=2)
+    assert [c.row for c in parallel] == list(rows)
+    assert [c.simulated for c in parallel] == [c.simulated for c in serial]
+    with pytest.raises(ValueError, match="--jobs"):
+        validate(16, rows, jobs=0)

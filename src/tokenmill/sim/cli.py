@@ -27,10 +27,12 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "(microbenchmarks and the engine's step times, on --device) and write the "
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
-                             "(--num-requests per replica and batch size; --model: only that model's rows; --json)")
+                             "(--num-requests per replica and batch size; --model: only that model's rows; --jobs; --json)")
     _add_deployment_args(parser.add_argument_group("what to simulate"))
     _add_workload_args(parser.add_argument_group("workload and scheduler"))
     _add_calibrate_args(parser.add_argument_group("calibrate"))
+    parser.add_argument_group("validate").add_argument(
+        "--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
 
 
 def _add_deployment_args(g) -> None:
@@ -299,7 +301,7 @@ def _validate(args: argparse.Namespace) -> int:
     if not rows:
         raise ValueError(f"--model: no published row of {args.model!r}")
     with tqdm(total=len(rows), desc="Simulating published rows", unit="row", leave=False) as bar:
-        checked = validate(args.num_requests, rows, progress=bar.update)
+        checked = validate(args.num_requests, rows, progress=bar.update, jobs=args.jobs)
     if args.json:
         print(json.dumps([{"model": c.row.model, "hardware": c.row.hardware, "num_gpus": c.row.num_gpus,
                            "precision": c.row.precision, "parallel": c.row.parallel, "scenario": c.row.scenario,

@@ -19,6 +19,15 @@ from dataclasses import asdict, dataclass, field, fields
 PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
 
 
+LOW_PRECISION_GEMM = {"fp8": 0.46, "fp4": 0.27}
+"""GEMM fractions of the FP8 and FP4 dense peaks, fitted (benchmarks/sim_fit_gemm.py) on
+TensorRT-LLM's published dense Llama throughput tables so that the median simulated /
+published ratio is 1: FP8 on 14 H100/H200 rows (all then within 0.82-1.20), FP4 on 6
+B200/GB200 rows. Checked on other rows: docs/SIMULATOR.md. FP4's 0.27 of 9 PFLOP/s
+(2.4 PFLOP/s on a B200) is only 1.2x FP8's 0.46 of 4.5: these runs gain little compute
+from FP4, as the published small-batch FP4 GEMM figures (docs/SIMULATOR.md) lead to expect."""
+
+
 @dataclass(frozen=True)
 class Efficiency:
     """Fractions of the datasheet peak that serving kernels achieve (0 < x <= 1).
@@ -36,11 +45,11 @@ class Efficiency:
     gemm: float = 0.7
     """Large GEMMs reach ~65-75% of the dense tensor-core peak (0.66 measured above;
     an 8192^3 bf16 matmul reaches ~0.8 on the same H100)."""
-    gemm_by_precision: dict[str, float] = field(default_factory=dict, hash=False)
-    """The GEMM fraction for the precisions listed (e.g. {"fp8": 0.5}), in place of
-    ``gemm``: low-precision tensor-core peaks are 2x and 4x bf16's, and kernels reach
-    a smaller share of them (activation quantization and block-scale epilogues run
-    beside the MMA). Empty: ``gemm`` for every precision."""
+    gemm_by_precision: dict[str, float] = field(default_factory=lambda: dict(LOW_PRECISION_GEMM), hash=False)
+    """The GEMM fraction for the precisions listed, in place of ``gemm``: low-precision
+    tensor-core peaks are 2x and 4x bf16's, and kernels reach a smaller share of them
+    (activation quantization and block-scale epilogues run beside the MMA). Default:
+    ``LOW_PRECISION_GEMM``; empty: ``gemm`` for every precision."""
     memory: float = 0.75
     """Weight-streaming GEMV/skinny-GEMM kernels reach ~70-80% of HBM peak (0.76 measured above)."""
     attention: float = 0.5

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from tokenmill.sim.cost import Parallel
@@ -181,13 +182,27 @@ def _peak(arch, hw, workload: Workload, candidates: list[tuple[float, Deployment
 
 def validate(num_requests: int = 1000, rows: tuple[PublishedResult, ...] = RESULTS,
              progress: Callable[[int], None] | None = None,
-             hardware_for: Callable[[str], Hardware] = get_hardware) -> list[Checked]:
-    out = []
-    for row in rows:
-        out.append(check_row(row, num_requests, hardware_for=hardware_for))
-        if progress:
-            progress(1)
-    return out
+             hardware_for: Callable[[str], Hardware] = get_hardware, jobs: int = 1) -> list[Checked]:
+    """Every row checked, in ``rows``' order; ``jobs`` > 1 spreads the rows over that
+    many processes (``hardware_for`` must then be picklable: a module-level function)."""
+    if jobs < 1:
+        raise ValueError(f"--jobs: must be >= 1, got {jobs}")
+    if jobs == 1:
+        out = []
+        for row in rows:
+            out.append(check_row(row, num_requests, hardware_for=hardware_for))
+            if progress:
+                progress(1)
+        return out
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(check_row, row, num_requests, hardware_for=hardware_for): i
+                   for i, row in enumerate(rows)}
+        done: dict[int, Checked] = {}
+        for future in as_completed(futures):
+            done[futures[future]] = future.result()
+            if progress:
+                progress(1)
+    return [done[i] for i in range(len(rows))]
 
 
 def _layout(c: Checked) -> str:
