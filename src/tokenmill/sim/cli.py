@@ -27,7 +27,8 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "(microbenchmarks and the engine's step times, on --device) and write the "
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
-                             "(--num-requests per replica and batch size; --model: only that model's rows; --jobs; --json)")
+                             "(--num-requests per replica and batch size; --model: only that model's rows; "
+                             "--jobs; --json)")
     _add_deployment_args(parser.add_argument_group("what to simulate"))
     _add_workload_args(parser.add_argument_group("workload and scheduler"))
     _add_calibrate_args(parser.add_argument_group("calibrate"))
