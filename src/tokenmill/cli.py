@@ -58,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="predict a deployment's throughput, latency and cost (no model is run)",
                          description="Simulate our engine's scheduler over a cost model of each step on a hardware "
                                      "profile: tokens/s (per GPU), TTFT/TPOT percentiles, peak Server QPS, cost. "
-                                     "`tokenmill sim validate` compares it with published results: mostly within "
-                                     "25% for dense models on Hopper, optimistic on Blackwell FP4 and MoE models "
+                                     "`tokenmill sim validate` compares it with published results: Offline runs of "
+                                     "dense models mostly within 25%, MoE models and long-output Server runs not yet "
                                      "(docs/SIMULATOR.md). `tokenmill sim calibrate` fits a this-machine profile to "
                                      "the engine here.")
     add_sim_args(sim)

@@ -1,9 +1,9 @@
 """``tokenmill sim``: predict one deployment's throughput, latency and cost.
 
 Checked against published results by ``tokenmill sim validate`` (sim/validate.py,
-docs/SIMULATOR.md): close for dense models on Hopper, optimistic for Blackwell
-FP4 and MoE models; the figures are the cost model's and the scheduler
-simulation's, nothing more.
+docs/SIMULATOR.md): Offline runs of dense models mostly within 25%, MoE models
+and Server runs with long outputs not yet; the figures are the cost model's and
+the scheduler simulation's, nothing more.
 """
 
 from __future__ import annotations
