@@ -140,10 +140,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
-    workload = Workload(args.scenario, *_lengths(args), args.num_requests, args.cached_tokens, preset,
-                        args.ttft_ms, args.tpot_ms, args.target_qps)
-    if args.dataset:
-        workload = replace(workload, dataset=args.dataset, osl_max=_dataset_lengths(args.dataset).osl_max)
+    isl, osl, osl_max = _lengths(args)
+    workload = Workload(args.scenario, isl, osl, args.num_requests, args.cached_tokens, preset,
+                        args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max)
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     if args.uplift:
@@ -168,23 +167,17 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return 0
 
 
-def _dataset_lengths(name: str):
-    from tokenmill.sim.published import DATASETS
-
-    return next(d for d in DATASETS if d.benchmark == name)
-
-
-def _lengths(args: argparse.Namespace) -> tuple[int, int]:
-    """(isl, osl): the flags, or with --dataset its mean prompt and the published runs' mean output."""
+def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:
+    """(isl, osl, output cap): the flags, or with --dataset its mean prompt, the published
+    runs' mean output (unless --osl) and the benchmark's output cap."""
     if not args.dataset:
-        return args.isl or 1024, args.osl or 1024
+        return args.isl or 1024, args.osl or 1024, None
     if args.isl is not None:
         raise ValueError("--isl and --dataset: pick one (--dataset draws prompt lengths from the dataset)")
-    from tokenmill.sim.mlperf_lengths import get_distribution
+    from tokenmill.sim.mlperf_lengths import dataset_means
 
-    published = _dataset_lengths(args.dataset)
-    osl = args.osl or round(published.osl_observed or published.osl_mean)
-    return round(get_distribution(args.dataset).inputs.mean), osl
+    isl, osl, osl_max = dataset_means(args.dataset)
+    return isl, args.osl or osl, osl_max
 
 
 def parse_disagg(text: str | None):

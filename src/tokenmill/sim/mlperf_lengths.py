@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -99,14 +100,18 @@ class LengthTable:
         if p.shape != (101,) or np.any(np.diff(p) < 0) or p[0] < 1:
             raise ValueError("LengthTable: needs 101 non-decreasing positive percentiles")
 
+    @cached_property
+    def _values(self) -> np.ndarray:
+        return np.asarray(self.percentiles, dtype=float)
+
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """``n`` lengths (floats) from the interpolated distribution."""
-        return np.interp(rng.uniform(0.0, 100.0, size=n), _PERCENTS, np.asarray(self.percentiles, dtype=float))
+        return np.interp(rng.uniform(0.0, 100.0, size=n), _PERCENTS, self._values)
 
     @property
     def mean(self) -> float:
         """Mean of the interpolated distribution (the average of each percent's segment midpoint)."""
-        p = np.asarray(self.percentiles, dtype=float)
+        p = self._values
         return float(((p[:-1] + p[1:]) / 2).mean())
 
 
@@ -135,6 +140,18 @@ def get_distribution(name: str) -> DatasetDistribution:
         return DATASET_DISTRIBUTIONS[name]
     except KeyError:
         raise ValueError(f"--dataset: unknown {name!r}; choose from {sorted(DATASET_DISTRIBUTIONS)}") from None
+
+
+def dataset_means(name: str) -> tuple[int, int, int | None]:
+    """(mean prompt tokens, mean output tokens of the published runs, the benchmark's
+    output cap) of an MLPerf dataset: what a workload on it states beside its draws.
+    The output mean is a published Offline log's tokens over samples where
+    sim/published.py has one, else the reference answers'."""
+    from tokenmill.sim.published import DATASETS
+
+    d = get_distribution(name)
+    published = next(x for x in DATASETS if x.benchmark == name)
+    return round(d.inputs.mean), round(published.osl_observed or published.osl_mean), published.osl_max
 
 
 def length_draws(name: str, osl_mean: float, osl_max: int | None) -> tuple[Callable, Callable]:

@@ -38,10 +38,10 @@ from dataclasses import dataclass, replace
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import Hardware, get_hardware
-from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS
+from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS, dataset_means
 from tokenmill.sim.models import SIM_MODELS, get_model
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
-from tokenmill.sim.published import DATASETS, RESULTS, PublishedResult
+from tokenmill.sim.published import RESULTS, PublishedResult
 from tokenmill.sim.search import BOUND_MARGIN, SEQ_CHOICES, layouts
 
 TOLERANCE = 0.25
@@ -91,13 +91,10 @@ def row_workload(row: PublishedResult, num_requests: int) -> Workload:
     lengths (module docstring); ValueError when the dataset's are not known."""
     if row.dataset is None:
         return Workload("offline", row.isl, row.osl, num_requests)
-    dist = DATASET_DISTRIBUTIONS.get(row.dataset)
-    lengths = next((d for d in DATASETS if d.benchmark == row.dataset), None)
-    if dist is None or lengths is None:
+    if row.dataset not in DATASET_DISTRIBUTIONS:
         raise ValueError(f"{row.dataset} dataset: input lengths not published")
-    osl = lengths.osl_observed or lengths.osl_mean
-    return Workload(row.scenario, round(dist.inputs.mean), round(osl), num_requests, preset=row.dataset,
-                    dataset=row.dataset, osl_max=lengths.osl_max)
+    isl, osl, osl_max = dataset_means(row.dataset)
+    return Workload(row.scenario, isl, osl, num_requests, preset=row.dataset, dataset=row.dataset, osl_max=osl_max)
 
 
 def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, ...] = SEQ_CHOICES,
