@@ -192,3 +192,26 @@ def test_search_tries_every_layout_and_keeps_the_best(capsys):
     assert main(["sim", "--model", "llama3.1-405b", "--hardware", "h100", "--num-gpus", "1", "--search",
                  *SMALL]) == 2
     assert "--num-gpus" in capsys.readouterr().err
+
+
+def test_server_runs_for_mlperfs_duration_unless_a_count_is_given(capsys):
+    from argparse import Namespace
+
+    from tokenmill.sim.cli import _duration
+
+    assert _duration(Namespace(scenario="server", duration=None, num_requests=None)) == 600.0
+    assert _duration(Namespace(scenario="interactive", duration=None, num_requests=50)) is None
+    assert _duration(Namespace(scenario="offline", duration=None, num_requests=None)) is None
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "server", "--isl", "128",
+                 "--osl", "64", "--duration", "20", "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["config"]["duration_s"] == 20 and f["requests_simulated"] == pytest.approx(f["qps"] * 20, rel=0.15)
+    assert main(["sim", "--scenario", "server", "--duration", "20", "--num-requests", "50"]) == 2
+    assert "--duration and --num-requests" in capsys.readouterr().err
+    assert main(["sim", "--scenario", "offline", "--duration", "0"]) == 2
+    assert "--duration" in capsys.readouterr().err
+
+
+def test_validate_suite_filters_the_rows(capsys):
+    assert main(["sim", "validate", "--suite", "mlperf", "--model", "llama3.3-70b"]) == 2  # TensorRT-LLM rows only
+    assert "--model/--suite" in capsys.readouterr().err

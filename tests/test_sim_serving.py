@@ -92,6 +92,25 @@ def test_server_above_capacity_queues_grow_with_duration():
     assert short.output_tokens_per_s == pytest.approx(CAPACITY_QPS * N, rel=0.05)  # saturated
 
 
+def test_completed_tokens_per_s_stops_at_the_last_arrivals_finish():
+    # A long request issued first still runs when the last one to arrive finishes: LoadGen's
+    # Server figure counts its tokens but not its drain; the Offline-style figure counts both.
+    r = simulate([SimRequest(0.0, 10, 1000), SimRequest(0.5, 10, 10)], lambda s: 0.01, big())
+    last = r.finish_s[1]
+    assert r.finish_s[0] > 5 * last
+    assert r.completed_tokens_per_s == pytest.approx(1010 / last)
+    assert r.output_tokens_per_s == pytest.approx(1010 / r.finish_s[0])
+
+
+def test_timed_server_stream_spans_the_duration_with_at_least_min_count():
+    reqs = server_requests(10.0, P, N, duration_s=30, seed=2)
+    assert max(r.arrival_s for r in reqs) <= 30 and 240 < len(reqs) < 360
+    short = server_requests(1.0, P, N, duration_s=5, seed=2)
+    padded = server_requests(1.0, P, N, duration_s=5, seed=2, min_count=100)
+    assert len(short) < 100 and len(padded) == 100
+    assert padded[:len(short)] == short  # the same stream, continued past the duration
+
+
 def test_find_peak_qps_meets_limits_below_capacity():
     limits = (0.3, 0.05)  # ttft p99 (~10 prefill steps), tpot p99 (loose: the queue binds first)
 

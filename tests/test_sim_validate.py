@@ -73,11 +73,15 @@ def test_mlperf_rows_draw_the_dataset_lengths():
 
 
 def test_mlperf_server_row_runs_the_peak_search_on_a_searched_layout():
-    offline = check_row(_mlperf_row(parallel=None), num_requests=48, seq_choices=(16,))
-    server = check_row(_mlperf_row(parallel=None, scenario="server"), num_requests=48, seq_choices=(16,))
+    # Runs of 20 s (MLPerf's are 600 s: the same code, longer).
+    offline = check_row(_mlperf_row(parallel=None), num_requests=48, seq_choices=(16, 32), duration_s=20.0)
+    server = check_row(_mlperf_row(parallel=None, scenario="server"), num_requests=48, seq_choices=(16, 32),
+                       duration_s=20.0)
     assert offline.parallel == Parallel(tp=1) and "(searched)" in table([offline])
-    # Meeting the p99 limits costs throughput: the Server figure stays below the Offline bound.
-    assert 0 < server.simulated < offline.simulated
+    assert server.parallel == Parallel(tp=1) and server.max_num_seqs in (16, 32)
+    # The same deployment: close figures (Server meets latency limits, but LoadGen does not count
+    # its drain, which Offline's count includes: either can be the higher in a short run).
+    assert 0.5 < server.simulated / offline.simulated < 1.5
 
 
 def test_table_counts_rows_within_tolerance():

@@ -17,6 +17,7 @@ SCENARIOS = ("offline", "server", "interactive", "singlestream")
 MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "llama2-70b", "deepseek-r1", "smollm2-135m",
                "gpt-oss-120b")
 """sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
+DEFAULT_NUM_REQUESTS = 2000
 DATASET_NAMES = ("deepseek-r1", "llama3.1-405b", "llama3.1-8b", "llama2-70b")
 """sim/mlperf_lengths.py's DATASET_DISTRIBUTIONS (a test keeps them equal)."""
 
@@ -28,12 +29,14 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
                              "(--num-requests per replica and batch size; --model: only that model's rows; "
-                             "--jobs; --json)")
+                             "--suite; --jobs; --json)")
     _add_deployment_args(parser.add_argument_group("what to simulate"))
     _add_workload_args(parser.add_argument_group("workload and scheduler"))
     _add_calibrate_args(parser.add_argument_group("calibrate"))
-    parser.add_argument_group("validate").add_argument(
-        "--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
+    v = parser.add_argument_group("validate")
+    v.add_argument("--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
+    v.add_argument("--suite", choices=("mlperf", "tensorrt-llm"), default=None,
+                   help="only the MLPerf rows (on their datasets' lengths) or only TensorRT-LLM's (fixed ISL/OSL)")
 
 
 def _add_deployment_args(g) -> None:
@@ -80,7 +83,15 @@ def _add_workload_args(w) -> None:
     w.add_argument("--dataset", default=None, choices=DATASET_NAMES,
                    help="draw each prompt's length from this MLPerf dataset's distribution (sim/mlperf_lengths.py) "
                         "and outputs of --osl tokens on average, shaped like its reference answers (replaces --isl)")
-    w.add_argument("--num-requests", type=int, default=2000)
+    w.add_argument("--num-requests", type=int, default=None,
+                   help="offline: requests, all issued at once (default 2000); server/interactive: a fixed count "
+                        "instead of --duration (the QPS then capped at their Offline rate); validate: per replica "
+                        "and batch size, for rows without a published count (default 2000)")
+    w.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="size the run by time, as MLPerf's LoadGen does: server/interactive issue Poisson arrivals "
+                        "for this long (at least 100 queries; default 600, MLPerf's min_duration) and count "
+                        "tokens/s as LoadGen's 'Completed tokens per second'; offline issues 1.1 x its rate x "
+                        "SECONDS requests (default: --num-requests)")
     w.add_argument("--cached-tokens", type=int, default=0, help="prompt tokens each request finds in the prefix cache")
     w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
                                                   "llama3.1-8b's)")
@@ -141,8 +152,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
     isl, osl, osl_max = _lengths(args)
-    workload = Workload(args.scenario, isl, osl, args.num_requests, args.cached_tokens, preset,
-                        args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max)
+    workload = Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
+                        preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
+                        duration_s=_duration(args))
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     if args.uplift:
@@ -165,6 +177,22 @@ def cmd_sim(args: argparse.Namespace) -> int:
         figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def _duration(args: argparse.Namespace) -> float | None:
+    """--duration, with MLPerf's 600 s for server/interactive unless --num-requests fixes the count."""
+    if args.duration is not None and args.duration <= 0:
+        raise ValueError(f"--duration: must be positive seconds, got {args.duration}")
+    if args.scenario not in ("server", "interactive"):
+        return args.duration
+    if args.duration is not None and args.num_requests is not None:
+        raise ValueError("--duration and --num-requests: pick one for server/interactive (a run issues arrivals "
+                         "for a time, or a fixed number of them)")
+    if args.num_requests is not None:
+        return None
+    from tokenmill.sim.scenarios import MLPERF_MIN_DURATION_S
+
+    return args.duration or MLPERF_MIN_DURATION_S
 
 
 def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:
@@ -266,6 +294,8 @@ def _table(f: dict) -> str:
     if f["qps"] is not None:
         what = "offered" if c.get("target_qps") else "peak meeting the p99 limits"
         lines.append(f"  QPS                {f['qps']:.2f} ({what})")
+    timed = f" ({c['duration_s']:,.0f} s of arrivals)" if c.get("duration_s") and f["qps"] is not None else ""
+    lines.append(f"  requests           {f['requests_simulated']:,}{timed}")
     lines.append(f"  TTFT p50 / p99     {f['ttft_ms']['p50']:,.1f} / {f['ttft_ms']['p99']:,.1f} ms")
     if f["tpot_ms"] is not None:
         lines.append(f"  TPOT p50 / p99     {f['tpot_ms']['p50']:,.2f} / {f['tpot_ms']['p99']:,.2f} ms")
@@ -291,11 +321,13 @@ def _validate(args: argparse.Namespace) -> int:
     from tokenmill.sim.published import RESULTS
     from tokenmill.sim.validate import table, validate
 
-    rows = tuple(r for r in RESULTS if args.model in (None, r.model))
+    rows = tuple(r for r in RESULTS if args.model in (None, r.model)
+                 and args.suite in (None, "mlperf" if r.dataset else "tensorrt-llm"))
     if not rows:
-        raise ValueError(f"--model: no published row of {args.model!r}")
+        raise ValueError(f"--model/--suite: no published row of {args.model or 'any model'} in "
+                         f"{args.suite or 'any suite'}")
     with tqdm(total=len(rows), desc="Simulating published rows", unit="row", leave=False) as bar:
-        checked = validate(args.num_requests, rows, progress=bar.update, jobs=args.jobs)
+        checked = validate(args.num_requests or DEFAULT_NUM_REQUESTS, rows, progress=bar.update, jobs=args.jobs)
     if args.json:
         print(json.dumps([{"model": c.row.model, "hardware": c.row.hardware, "num_gpus": c.row.num_gpus,
                            "precision": c.row.precision, "parallel": c.row.parallel, "scenario": c.row.scenario,

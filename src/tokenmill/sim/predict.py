@@ -14,17 +14,33 @@ QPS are the whole deployment's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
-from tokenmill.sim.scenarios import find_peak_qps, limits_s, offline_requests, server_requests, single_stream
+from tokenmill.sim.scenarios import (
+    MLPERF_SERVER_MIN_QUERIES,
+    OFFLINE_SLACK,
+    find_peak_qps,
+    limits_s,
+    offline_requests,
+    server_requests,
+    single_stream,
+)
 from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, simulate
 from tokenmill.sim.shapes import StepShape
 
 PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 """KV cache bytes per value by weight precision (FP8 KV with FP8/FP4 weights, as the published runs use)."""
+
+
+HINTED_STEP = 1.25
+"""The peak search's bracketing factor from ``Workload.qps_hint`` (2 from the Offline rate):
+a neighbour's peak is usually within 25% (each bracketing step is a 600 s run to simulate)."""
+OFFLINE_SIZING_RUNS = 4
+"""Most re-sizings of a timed Offline run (``Workload.duration_s``); two usually settle it."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,16 @@ class Workload:
     (sim/mlperf_lengths.py): prompts as the dataset's, outputs of mean ``osl``
     capped at ``osl_max``; ``isl`` is then the dataset's mean, for display."""
     osl_max: int | None = None
+    duration_s: float | None = None
+    """Size the run by time, as LoadGen does (sim/scenarios.py ``MLPERF_*``): server /
+    interactive issue arrivals for this long (at least 100 queries) and no cap on the
+    QPS is needed, since an unsustainable rate builds a queue within the window; offline
+    issues ``1.1 x rate x duration_s`` requests, the rate from a first run of
+    ``num_requests``. None: exactly ``num_requests`` requests."""
+    qps_hint: float | None = None
+    """server / interactive with ``duration_s``: the QPS (the whole deployment's) the peak
+    search starts from, e.g. a neighbouring configuration's peak; None: the Offline request
+    rate of ``num_requests`` requests (one more run)."""
 
     def lengths(self):
         """(prompt lengths, output lengths) for sim/scenarios.py: ints, or draws from ``dataset``."""
@@ -123,29 +149,62 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     else:
         def run(requests):
             return simulate(requests, seconds, config)
-    qps = None
-    isl, osl = w.lengths()
+    if d.disagg and w.scenario == "singlestream" and w.requests is None:
+        raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
     if w.requests is not None:
-        result = run(list(w.requests if d.disagg else w.requests[::d.replicas]))  # one replica's share
-    elif w.scenario == "offline":
-        result = run(offline_requests(num_requests, isl, osl, cached_tokens=w.cached_tokens))
-    elif w.scenario == "singlestream":
-        if d.disagg:
-            raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
-        result = single_stream(min(w.num_requests, 64), isl, osl, seconds, config)
-    elif w.target_qps is not None:
-        qps = w.target_qps / share
-        result = run(server_requests(qps, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens))
+        result, qps = run(list(w.requests if d.disagg else w.requests[::d.replicas])), None  # one replica's share
     else:
-        limits = limits_s(w.preset, w.scenario)
-        limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
-        # No more than the Offline rate of the same requests (find_peak_qps: a burst is not a rate),
-        # and the search starts there, halving: the peak is usually within a few halvings of it, and
-        # low-QPS runs (many small steps) are the slowest to simulate.
-        capacity = run(offline_requests(num_requests, isl, osl, cached_tokens=w.cached_tokens)).requests_per_s
-        qps, result = find_peak_qps(lambda q: server_requests(q, isl, osl, num_requests=num_requests,
-                                                              cached_tokens=w.cached_tokens),
-                                    seconds, config, limits, run=run, max_qps=capacity, start_qps=capacity)
+        result, qps = _scenario(w, run, seconds, config, num_requests, share)
+    return _figures(result, hw, d, w, blocks, qps, share)
+
+
+def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
+              share: int) -> tuple[SimResult, float | None]:
+    """The run of ``w``'s scenario on one replica's share of the load (``run``: one
+    replica, or the disaggregated pools) and its QPS per share (None unless Server)."""
+    isl, osl = w.lengths()
+
+    def offline_run(n: int) -> SimResult:
+        return run(offline_requests(n, isl, osl, cached_tokens=w.cached_tokens))
+
+    if w.scenario == "offline":
+        n = num_requests
+        result = offline_run(n)
+        # LoadGen issues 1.1 x the expected rate x min_duration samples; a run's rate grows with its
+        # size (its ramp and drain weigh less), so size again from each run until the size holds.
+        for _ in range(OFFLINE_SIZING_RUNS if w.duration_s is not None else 0):
+            sized = math.ceil(result.requests_per_s * OFFLINE_SLACK * w.duration_s)
+            if sized <= n:
+                break
+            n = sized
+            result = offline_run(n)
+        return result, None
+    if w.scenario == "singlestream":
+        return single_stream(min(w.num_requests, 64), isl, osl, seconds, config), None
+
+    def arrivals(q: float) -> list[SimRequest]:
+        if w.duration_s is None:
+            return server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
+        return server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
+                               min_count=-(-MLPERF_SERVER_MIN_QUERIES // share))
+
+    if w.target_qps is not None:
+        qps = w.target_qps / share
+        return run(arrivals(qps)), qps
+    limits = limits_s(w.preset, w.scenario)
+    limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
+    # The search starts at the Offline request rate of num_requests requests (or the hint) and halves
+    # or doubles from there: the peak is usually within a few steps of it, and low-QPS runs (many
+    # small steps) are the slowest to simulate. A finite request set (no duration) is also capped
+    # there (find_peak_qps: a burst is not a rate); a timed run needs no cap.
+    timed = w.duration_s is not None
+    start = w.qps_hint / share if timed and w.qps_hint else offline_run(num_requests).requests_per_s
+    hinted = timed and bool(w.qps_hint)
+    qps, result = find_peak_qps(arrivals, seconds, config, limits, run=run, max_qps=math.inf if timed else start,
+                                start_qps=start, step=HINTED_STEP if hinted else 2.0)
+    return result, qps
+
+
     return _figures(result, hw, d, w, blocks, qps, share)
 
 
@@ -166,7 +225,10 @@ def transfer_time(arch, hw: Hardware, d: Deployment):
 def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None,
              share: int) -> dict:
     """``share``: how many times the simulated load fits in the deployment (1: all of it was simulated)."""
-    total = result.output_tokens_per_s * share
+    # Server runs are counted as LoadGen counts them (SimResult.completed_tokens_per_s); a replayed
+    # run as the benchmark measured it (first arrival to last finish).
+    timed = w.scenario in ("server", "interactive") and w.requests is None
+    total = (result.completed_tokens_per_s if timed else result.output_tokens_per_s) * share
     per_gpu = total / d.num_gpus
     cost = hw.price_per_hour * d.num_gpus / (total * 3600) * 1e6 if total else None
     tpot = result.tpot_ms
@@ -182,8 +244,9 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "disagg": asdict(d.disagg) if d.disagg else None,
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
-                   "num_requests": w.num_requests,
+                   "num_requests": w.num_requests, "duration_s": w.duration_s,
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
+        "requests_simulated": len(result.arrival_s) * share,
     }

@@ -25,6 +25,17 @@ Lengths = int | Sequence[int] | Callable[[np.random.Generator], int]
 
 _ARRIVAL_BATCH = 1024  # gaps drawn per batch: fixed, so the stream does not depend on qps
 
+MLPERF_MIN_DURATION_S = 600.0
+"""How long an MLPerf LLM run lasts at least (mlperf.conf ``*.Server.min_duration = 600000`` ms;
+the same for Offline). A Server run issues Poisson arrivals for this long, so an offered rate above
+what the system sustains builds a queue that the p99 TTFT sees."""
+MLPERF_SERVER_MIN_QUERIES = 100
+"""LoadGen's default ``min_query_count`` (loadgen/test_settings.h; mlperf.conf sets none for the
+LLM Server runs): a run issues at least this many queries, however long that takes."""
+OFFLINE_SLACK = 1.1
+"""An Offline run issues ``1.1 x target_qps x min_duration`` samples at once
+(loadgen/test_settings_internal.cc ``kSlack``): it lasts about 10% past min_duration."""
+
 
 def limits_s(preset: str, scenario: str) -> tuple[float, float]:
     """(ttft_p99_s, tpot_p99_s) of a bench preset for 'server' or 'interactive'."""
@@ -55,9 +66,11 @@ def offline_requests(num_requests: int, isl: Lengths, osl: Lengths, seed: int = 
 
 
 def server_requests(qps: float, isl: Lengths, osl: Lengths, num_requests: int | None = None,
-                    duration_s: float | None = None, seed: int = 0, cached_tokens: int = 0) -> list[SimRequest]:
+                    duration_s: float | None = None, seed: int = 0, cached_tokens: int = 0,
+                    min_count: int = 0) -> list[SimRequest]:
     """Server: Poisson arrivals at ``qps``, either ``num_requests`` of them or
-    all arriving within ``duration_s`` (exactly one of the two)."""
+    all arriving within ``duration_s`` (exactly one of the two); with
+    ``duration_s``, at least ``min_count`` of them (LoadGen's min_query_count)."""
     if qps <= 0 or not math.isfinite(qps):
         raise ValueError(f"qps: must be positive, got {qps}")
     if (num_requests is None) == (duration_s is None):
@@ -69,6 +82,8 @@ def server_requests(qps: float, isl: Lengths, osl: Lengths, num_requests: int | 
         gaps = rng.standard_exponential(_ARRIVAL_BATCH)
         unit = np.concatenate([unit, (unit[-1] if len(unit) else 0.0) + np.cumsum(gaps)])
     unit = unit[:num_requests] if num_requests is not None else unit[unit <= horizon]
+    if len(unit) < min_count:  # the same stream, continued past the duration
+        return server_requests(qps, isl, osl, num_requests=min_count, seed=seed, cached_tokens=cached_tokens)
     return _requests((unit / qps).tolist(), isl, osl, seed, cached_tokens)
 
 
@@ -103,10 +118,11 @@ def single_stream(num_requests: int, isl: Lengths, osl: Lengths, step_time: Step
 def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time: StepTime, config: SimConfig,
                   limits: tuple[float, float], start_qps: float = 1.0, rel_tol: float = 0.02,
                   max_runs: int = 40, run: Callable[[list[SimRequest]], SimResult] | None = None,
-                  max_qps: float = math.inf) -> tuple[float, SimResult]:
+                  max_qps: float = math.inf, step: float = 2.0) -> tuple[float, SimResult]:
     """Highest QPS whose run meets ``limits`` = (ttft_p99_s, tpot_p99_s):
-    double or halve from ``start_qps`` until one QPS passes and another fails,
-    then bisect (geometrically) until they are within ``rel_tol``.
+    multiply or divide by ``step`` from ``start_qps`` until one QPS passes and
+    another fails, then bisect (geometrically) until they are within ``rel_tol``
+    (a smaller ``step`` saves runs when ``start_qps`` is a close guess).
 
     Assumes meeting the limits is monotone in QPS: true in expectation, and
     close to true run by run when ``make_requests`` uses one seed for every
@@ -118,8 +134,8 @@ def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time:
     offered faster than the system completes requests arrives as one burst,
     which can meet the limits without the rate being sustainable (pass the
     Offline requests/s of the same requests)."""
-    if start_qps <= 0 or rel_tol <= 0:
-        raise ValueError("find_peak_qps: start_qps and rel_tol must be positive")
+    if start_qps <= 0 or rel_tol <= 0 or step <= 1:
+        raise ValueError("find_peak_qps: start_qps and rel_tol must be positive, step above 1")
     runs = 0
 
     def attempt(qps: float) -> tuple[bool, SimResult]:
@@ -138,10 +154,10 @@ def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time:
             best = (qps, result)
             if qps >= max_qps:
                 return best
-            qps = min(qps * 2, max_qps)
+            qps = min(qps * step, max_qps)
         else:
             fail = (qps, result)
-            qps /= 2
+            qps /= step
     while best is not None and fail is not None and runs < max_runs and fail[0] / best[0] - 1 > rel_tol:
         mid = math.sqrt(best[0] * fail[0])
         ok, result = attempt(mid)

@@ -140,6 +140,16 @@ class SimResult:
         return float(self.output_tokens.sum()) / self.duration_s
 
     @property
+    def completed_tokens_per_s(self) -> float:
+        """LoadGen's Server figure ("Completed tokens per second", loadgen/results.cc): every
+        request's tokens over the time from the first arrival to the finish of the last one to
+        arrive. Requests still running then (long outputs issued earlier) count but their drain
+        does not, so a long run measures the sustained rate, not the slowest request."""
+        last = int(np.argmax(self.arrival_s))
+        span = float(self.finish_s[last] - self.arrival_s.min())
+        return float(self.output_tokens.sum()) / max(span, 1e-12)
+
+    @property
     def requests_per_s(self) -> float:
         return len(self.output_tokens) / self.duration_s
 

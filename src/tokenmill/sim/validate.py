@@ -9,8 +9,12 @@ can express (tensor parallel, expert parallel, attention DP; not pipeline
 parallel). TensorRT-LLM's tables are Offline runs of fixed ISL/OSL-token
 requests. MLPerf rows draw their requests from the dataset's length
 distribution (sim/mlperf_lengths.py; outputs of the mean the published run's
-log shows) and run the row's scenario: Offline, or Server / Interactive at the
-peak QPS that meets MLPerf's p99 TTFT/TPOT limits (the bench presets). An
+log shows) and run the row's scenario as LoadGen sizes and counts it
+(``Workload.duration_s`` = MLPerf's 600 s min_duration): Offline, 1.1 x its
+rate x 600 s requests at once; or Server / Interactive, Poisson arrivals for
+600 s at the peak QPS that meets MLPerf's p99 TTFT/TPOT limits (the bench
+presets), counted as "Completed tokens per second" (up to the finish of the
+last query issued, not the drain of long outputs issued before it). An
 MLPerf row that names no layout gets the best of the deployment search's
 layouts (sim/search.py ``layouts``) of up to ``MAX_SEARCHED_DEVICES``
 devices: the submitter chose its own too.
@@ -22,11 +26,10 @@ DP) that the KV cache holds whole, and at that limit (larger batches would
 only preempt), and the best is kept. A row whose source states its run's
 request count (TensorRT-LLM's tables: 1,000-3,000 requests) simulates
 exactly that many, ramp-up and drain included, as the published figure
-does; the others run ``--num-requests`` per replica (at least two batches).
-Server and Interactive rows run the peak search on each layout's batch
-limits in increasing order, until the latency limits rather than the batch
-limit hold a run back (``_peak``), skipping candidates whose Offline figure
-times ``BOUND_MARGIN`` cannot reach the best found.
+does; the others start from ``--num-requests`` per replica (at least two
+batches). Server and Interactive rows run the peak search on each layout's
+batch limits from the largest down while they improve (``_peak``), skipping
+layouts whose Offline figure cannot reach the best found.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS, dataset_means
 from tokenmill.sim.models import SIM_MODELS, get_model
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
 from tokenmill.sim.published import RESULTS, PublishedResult
+from tokenmill.sim.scenarios import MLPERF_MIN_DURATION_S
 from tokenmill.sim.search import BOUND_MARGIN, SEQ_CHOICES, layouts
 
 TOLERANCE = 0.25
@@ -49,9 +53,6 @@ TOLERANCE = 0.25
 MAX_SEARCHED_DEVICES = 8
 """Replica sizes searched for a row that names no layout: up to one 8-GPU node (a replica's
 batch, and so the cost of simulating it, grows with its devices under attention DP)."""
-CAP_BINDS = 0.8
-"""A peak Server run whose mean batch stays under this share of ``max_num_seqs`` was
-not limited by it (module docstring: larger limits are then not simulated)."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def parse_parallel(text: str | None) -> Parallel:
     return Parallel(tp=tp, ep=ep)
 
 
-def row_workload(row: PublishedResult, num_requests: int) -> Workload:
+def row_workload(row: PublishedResult, num_requests: int, duration_s: float = MLPERF_MIN_DURATION_S) -> Workload:
     """The requests a row was measured on: fixed ISL/OSL, or its MLPerf dataset's
     lengths (module docstring); ValueError when the dataset's are not known."""
     if row.dataset is None:
@@ -94,19 +95,22 @@ def row_workload(row: PublishedResult, num_requests: int) -> Workload:
     if row.dataset not in DATASET_DISTRIBUTIONS:
         raise ValueError(f"{row.dataset} dataset: input lengths not published")
     isl, osl, osl_max = dataset_means(row.dataset)
-    return Workload(row.scenario, isl, osl, num_requests, preset=row.dataset, dataset=row.dataset, osl_max=osl_max)
+    return Workload(row.scenario, isl, osl, num_requests, preset=row.dataset, dataset=row.dataset, osl_max=osl_max,
+                    duration_s=duration_s)
 
 
 def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, ...] = SEQ_CHOICES,
-              hardware_for: Callable[[str], Hardware] = get_hardware) -> Checked:
+              hardware_for: Callable[[str], Hardware] = get_hardware,
+              duration_s: float = MLPERF_MIN_DURATION_S) -> Checked:
     """Simulate one row at each layout and batch size; the best tokens/s per GPU.
-    ``hardware_for``: the profile of a ``--hardware`` name (a fit swaps efficiencies)."""
+    ``hardware_for``: the profile of a ``--hardware`` name (a fit swaps efficiencies);
+    ``duration_s``: how long an MLPerf row's run lasts (shorter only in tests)."""
     if row.model not in SIM_MODELS:
         return Checked(row, None, None, f"model {row.model} not in the simulator")
     if row.dataset is None and (row.isl is None or row.osl is None):
         return Checked(row, None, None, "no input and output lengths published")
     try:
-        workload = row_workload(row, num_requests)
+        workload = row_workload(row, num_requests, duration_s)
         given = parse_parallel(row.parallel) if row.parallel else None
     except ValueError as e:
         return Checked(row, None, None, str(e))
@@ -148,32 +152,41 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
             d = replace(base, max_num_seqs=seqs, max_num_batched_tokens=max(8192, seqs))
             requests = measured or max(workload.num_requests, 2 * seqs)
             offline = replace(workload, scenario="offline", num_requests=requests)
+            if workload.scenario != "offline":  # only a bound and an order for the peak search: one short run
+                offline = replace(offline, duration_s=None)
             out.append((predict(arch, hw, d, offline)["tokens_per_s_per_gpu"], d))
     return sorted(out, key=lambda c: -c[0]), why
 
 
 def _peak(arch, hw, workload: Workload, candidates: list[tuple[float, Deployment]]) -> tuple[float, Deployment]:
-    """The best peak-QPS tokens/s per GPU over ``candidates``: each layout's batch
-    limits in increasing order, until the latency limits hold a run back (its mean
-    batch and its throughput both under ``CAP_BINDS`` of the batch limit and of the
-    Offline figure: a larger batch limit would run the same steps at that QPS); a
-    candidate whose Offline figure times ``BOUND_MARGIN`` cannot reach the best
-    found is skipped."""
+    """The best peak-QPS tokens/s per GPU over ``candidates`` (module docstring).
+
+    Per layout, best Offline bound first, the batch limits run from the largest down, each
+    search starting at the peak QPS of the limit above, until one does no better than the
+    limit above it: a larger limit serves more at a given QPS, but admits bursts of prompts
+    whose chunks slow the decodes beside them, so the best limit is often the largest or
+    the next ones below it (DeepSeek-R1 on 8 x B200, 2026-11-27: 8,091 tokens/s per GPU at a
+    limit of 4,096 per replica, 6,000 at 5,153, whose mean batch was only 1,388: a rule "stop
+    when the next limit would not bind" misjudges it). A layout whose Offline bound, scaled by the best
+    layout's Server / Offline ratio, times ``BOUND_MARGIN`` cannot reach the best found is
+    skipped (an assumption: that ratio differs little between layouts of one workload)."""
     best: tuple[float, Deployment] | None = None
+    ratio = 1.0  # Server / Offline bound of the best so far
     for parallel in dict.fromkeys(d.parallel for _, d in candidates):
-        for bound, d in sorted(((b, d) for b, d in candidates if d.parallel == parallel),
-                               key=lambda c: c[1].max_num_seqs):
-            if best is not None and bound * BOUND_MARGIN < best[0]:
-                continue
-            w = replace(workload, num_requests=max(workload.num_requests, 2 * d.max_num_seqs))
+        mine = sorted(((b, d) for b, d in candidates if d.parallel == parallel), key=lambda c: -c[1].max_num_seqs)
+        if best is not None and max(b for b, _ in mine) * ratio * BOUND_MARGIN < best[0]:
+            continue
+        layout: tuple[float, Deployment, float] | None = None
+        hint = None
+        for bound, d in mine:
+            w = replace(workload, num_requests=max(workload.num_requests, 2 * d.max_num_seqs), qps_hint=hint)
             figures = predict(arch, hw, d, w)
-            if best is None or figures["tokens_per_s_per_gpu"] > best[0]:
-                best = (figures["tokens_per_s_per_gpu"], d)
-            # The limits, not the batch limit, held this run back: larger limits change nothing.
-            # (A run at the cap's own Offline rate, the search's ceiling, says nothing of the kind.)
-            if (figures["mean_batch_size"] < CAP_BINDS * d.max_num_seqs
-                    and figures["tokens_per_s_per_gpu"] < CAP_BINDS * bound):
-                break
+            score = figures["tokens_per_s_per_gpu"]
+            if layout is not None and score <= layout[0]:
+                break  # a smaller limit holds the runs back further
+            layout, hint = (score, d, bound), figures["qps"] or None
+        if layout is not None and (best is None or layout[0] > best[0]):
+            best, ratio = (layout[0], layout[1]), max(layout[0] / layout[2], 1.0)
     return best
 
 
