@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -212,6 +213,16 @@ def test_server_runs_for_mlperfs_duration_unless_a_count_is_given(capsys):
     assert "--duration" in capsys.readouterr().err
 
 
-def test_validate_suite_filters_the_rows(capsys):
+def test_validate_suite_filters_the_rows_and_out_keeps_the_table(capsys, tmp_path, monkeypatch):
     assert main(["sim", "validate", "--suite", "mlperf", "--model", "llama3.3-70b"]) == 2  # TensorRT-LLM rows only
     assert "--model/--suite" in capsys.readouterr().err
+    from tokenmill.sim import published
+
+    row = replace(next(r for r in published.RESULTS if r.model == "llama3.1-8b" and r.dataset is None),
+                  isl=128, osl=128, num_requests=None)  # a small run
+    monkeypatch.setattr(published, "RESULTS", (row, replace(row, model="mixtral-8x7b")))
+    out = tmp_path / "table.md"
+    assert main(["sim", "validate", "--suite", "tensorrt-llm", "--num-requests", "16", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of 1 rows" in printed or "0 of 1 rows" in printed
+    assert out.read_text().strip() == printed.strip() and "mixtral-8x7b not in the simulator" in printed

@@ -119,8 +119,10 @@ def test_validate_in_processes_keeps_the_rows_order():
 
     rows = (_row(), _row(model="mixtral-8x7b"), _row(isl=128, osl=128))
     serial = validate(16, rows)
-    parallel = validate(16, rows, jobs=2)
+    seen = {}
+    parallel = validate(16, rows, jobs=2, on_row=seen.__setitem__)
     assert [c.row for c in parallel] == list(rows)
     assert [c.simulated for c in parallel] == [c.simulated for c in serial]
+    assert sorted(seen) == [0, 1, 2] and [seen[i] for i in range(3)] == parallel  # each row as it finished
     with pytest.raises(ValueError, match="--jobs"):
         validate(16, rows, jobs=0)

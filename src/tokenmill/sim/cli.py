@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from tokenmill.sim.hardware import HARDWARE, get_hardware
 
@@ -29,12 +30,15 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
                              "(--num-requests per replica and batch size; --model: only that model's rows; "
-                             "--suite; --jobs; --json)")
+                             "--suite; --jobs; --out; --json)")
     _add_deployment_args(parser.add_argument_group("what to simulate"))
     _add_workload_args(parser.add_argument_group("workload and scheduler"))
     _add_calibrate_args(parser.add_argument_group("calibrate"))
     v = parser.add_argument_group("validate")
     v.add_argument("--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
+    v.add_argument("--out", default=None, metavar="PATH",
+                   help="also write the Markdown table of the rows finished so far to PATH after every row "
+                        "(a long run interrupted keeps what it did)")
     v.add_argument("--suite", choices=("mlperf", "tensorrt-llm"), default=None,
                    help="only the MLPerf rows (on their datasets' lengths) or only TensorRT-LLM's (fixed ISL/OSL)")
 
@@ -326,8 +330,16 @@ def _validate(args: argparse.Namespace) -> int:
     if not rows:
         raise ValueError(f"--model/--suite: no published row of {args.model or 'any model'} in "
                          f"{args.suite or 'any suite'}")
+    finished: dict[int, object] = {}
+
+    def on_row(i: int, checked) -> None:  # --out: the table so far, so an interrupted run keeps its rows
+        finished[i] = checked
+        if args.out:
+            Path(args.out).write_text(table([finished[k] for k in sorted(finished)]) + "\n")
+
     with tqdm(total=len(rows), desc="Simulating published rows", unit="row", leave=False) as bar:
-        checked = validate(args.num_requests or DEFAULT_NUM_REQUESTS, rows, progress=bar.update, jobs=args.jobs)
+        checked = validate(args.num_requests or DEFAULT_NUM_REQUESTS, rows, progress=bar.update, jobs=args.jobs,
+                           on_row=on_row)
     if args.json:
         print(json.dumps([{"model": c.row.model, "hardware": c.row.hardware, "num_gpus": c.row.num_gpus,
                            "precision": c.row.precision, "parallel": c.row.parallel, "scenario": c.row.scenario,

@@ -205,9 +205,6 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
     return result, qps
 
 
-    return _figures(result, hw, d, w, blocks, qps, share)
-
-
 def transfer_time(arch, hw: Hardware, d: Deployment):
     """Seconds to move a prompt's KV from a prefill to a decode replica: each
     device sends its shard over NVLink when both pools fit in one scale-up

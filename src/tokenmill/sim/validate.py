@@ -192,26 +192,31 @@ def _peak(arch, hw, workload: Workload, candidates: list[tuple[float, Deployment
 
 def validate(num_requests: int = 1000, rows: tuple[PublishedResult, ...] = RESULTS,
              progress: Callable[[int], None] | None = None,
-             hardware_for: Callable[[str], Hardware] = get_hardware, jobs: int = 1) -> list[Checked]:
+             hardware_for: Callable[[str], Hardware] = get_hardware, jobs: int = 1,
+             on_row: Callable[[int, Checked], None] | None = None) -> list[Checked]:
     """Every row checked, in ``rows``' order; ``jobs`` > 1 spreads the rows over that
-    many processes (``hardware_for`` must then be picklable: a module-level function)."""
+    many processes (``hardware_for`` must then be picklable: a module-level function);
+    ``on_row(i, checked)`` is called as each row finishes (rows[i]), in finishing order."""
     if jobs < 1:
         raise ValueError(f"--jobs: must be >= 1, got {jobs}")
+    done: dict[int, Checked] = {}
+
+    def finished(i: int, checked: Checked) -> None:
+        done[i] = checked
+        if on_row:
+            on_row(i, checked)
+        if progress:
+            progress(1)
+
     if jobs == 1:
-        out = []
-        for row in rows:
-            out.append(check_row(row, num_requests, hardware_for=hardware_for))
-            if progress:
-                progress(1)
-        return out
+        for i, row in enumerate(rows):
+            finished(i, check_row(row, num_requests, hardware_for=hardware_for))
+        return [done[i] for i in range(len(rows))]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(check_row, row, num_requests, hardware_for=hardware_for): i
                    for i, row in enumerate(rows)}
-        done: dict[int, Checked] = {}
         for future in as_completed(futures):
-            done[futures[future]] = future.result()
-            if progress:
-                progress(1)
+            finished(futures[future], future.result())
     return [done[i] for i in range(len(rows))]
 
 
