@@ -117,12 +117,15 @@ def test_bench_presets_carry_the_published_mlperf_limits():
 def test_validate_in_processes_keeps_the_rows_order():
     from tokenmill.sim.validate import validate
 
-    rows = (_row(), _row(model="mixtral-8x7b"), _row(isl=128, osl=128))
+    # The last row is the first's deployment with another published figure (v5.1 vs v6.0): simulated once.
+    rows = (_row(), _row(model="mixtral-8x7b"), _row(isl=128, osl=128), _row(tokens_per_s_per_gpu=1725.0))
     serial = validate(16, rows)
     seen = {}
     parallel = validate(16, rows, jobs=2, on_row=seen.__setitem__)
     assert [c.row for c in parallel] == list(rows)
     assert [c.simulated for c in parallel] == [c.simulated for c in serial]
-    assert sorted(seen) == [0, 1, 2] and [seen[i] for i in range(3)] == parallel  # each row as it finished
+    assert sorted(seen) == [0, 1, 2, 3] and [seen[i] for i in range(4)] == parallel  # each row as it finished
+    assert serial[3].simulated == serial[0].simulated
+    assert serial[3].error + 1 == pytest.approx(2 * (serial[0].error + 1))
     with pytest.raises(ValueError, match="--jobs"):
         validate(16, rows, jobs=0)
