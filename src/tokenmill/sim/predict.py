@@ -224,8 +224,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
     """``share``: how many times the simulated load fits in the deployment (1: all of it was simulated)."""
     # Server runs are counted as LoadGen counts them (SimResult.completed_tokens_per_s); a replayed
     # run as the benchmark measured it (first arrival to last finish).
-    timed = w.scenario in ("server", "interactive") and w.requests is None
-    total = (result.completed_tokens_per_s if timed else result.output_tokens_per_s) * share
+    loadgen_server = w.scenario in ("server", "interactive") and w.requests is None
+    total = (result.completed_tokens_per_s if loadgen_server else result.output_tokens_per_s) * share
     per_gpu = total / d.num_gpus
     cost = hw.price_per_hour * d.num_gpus / (total * 3600) * 1e6 if total else None
     tpot = result.tpot_ms
