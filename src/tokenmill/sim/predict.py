@@ -198,8 +198,8 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
     # small steps) are the slowest to simulate. A finite request set (no duration) is also capped
     # there (find_peak_qps: a burst is not a rate); a timed run needs no cap.
     timed = w.duration_s is not None
-    start = w.qps_hint / share if timed and w.qps_hint else offline_run(num_requests).requests_per_s
     hinted = timed and bool(w.qps_hint)
+    start = w.qps_hint / share if hinted else offline_run(num_requests).requests_per_s
     qps, result = find_peak_qps(arrivals, seconds, config, limits, run=run, max_qps=math.inf if timed else start,
                                 start_qps=start, step=HINTED_STEP if hinted else 2.0)
     return result, qps

@@ -31,7 +31,7 @@ fixed request count the peak search caps the QPS at the Offline rate, so
 Server / Offline stays under 1 (0.63-0.80 measured in that search); a timed
 Server run (``Workload.duration_s``) has no cap and does not count the drain
 of long outputs, so it can pass the bound (DeepSeek-R1 on its dataset, 8 x
-B200, one batch limit: 8,091 tokens/s per GPU Server, 5,859 Offline), hence
+B200, one batch limit: 8,038 tokens/s per GPU Server, 5,859 Offline), hence
 the scaling, which assumes the ratio differs by less than the
 margin between candidates of one workload.
 """

@@ -165,11 +165,11 @@ def _peak(arch, hw, workload: Workload, candidates: list[tuple[float, Deployment
     search starting at the peak QPS of the limit above, until one does no better than the
     limit above it: a larger limit serves more at a given QPS, but admits bursts of prompts
     whose chunks slow the decodes beside them, so the best limit is often the largest or
-    the next ones below it (DeepSeek-R1 on 8 x B200, 2026-11-27: 8,091 tokens/s per GPU at a
-    limit of 4,096 per replica, 6,000 at 5,153, whose mean batch was only 1,388: a rule "stop
-    when the next limit would not bind" misjudges it). A layout whose Offline bound, scaled by the best
-    layout's Server / Offline ratio, times ``BOUND_MARGIN`` cannot reach the best found is
-    skipped (an assumption: that ratio differs little between layouts of one workload)."""
+    the next ones below it (DeepSeek-R1 on 8 x B200, 2026-11-27: 6,000 tokens/s per GPU at a
+    limit of 5,153 per replica, whose mean batch was only 1,388, and 8,038 at 4,096: a rule
+    "stop when the next limit would not bind" misjudges it). A layout whose Offline bound,
+    scaled by the best layout's Server / Offline ratio, times ``BOUND_MARGIN`` cannot reach
+    the best found is skipped (an assumption: that ratio differs little between layouts of one workload)."""
     best: tuple[float, Deployment] | None = None
     ratio = 1.0  # Server / Offline bound of the best so far
     for parallel in dict.fromkeys(d.parallel for _, d in candidates):
