@@ -85,6 +85,26 @@ def test_each_scenario_runs_and_is_accounted(scenario, target, workload, tmp_pat
     assert load_result(tmp_path).metrics.output_tokens == m.output_tokens
 
 
+def test_run_records_the_processs_gc_pauses(target, workload, tmp_path):
+    """Collections during the run are counted per generation, the long ones listed; a
+    generation-0 threshold of 1 makes the run collect (a short run may not otherwise)."""
+    import gc
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, *thresholds[1:])
+    try:
+        result = run_benchmark(target, workload, BenchSettings(scenario="offline", min_query_count=NUM_SAMPLES),
+                               tmp_path, progress=False, plots=False)
+    finally:
+        gc.set_threshold(*thresholds)
+    pauses = result.metrics.gc_pauses
+    assert pauses["gen0"]["collections"] > 0
+    assert 0 <= pauses["gen0"]["max_ms"] <= pauses["gen0"]["total_ms"]
+    assert all(ms >= 1.0 and t >= -1.0 for _, t, ms in result.gc_stalls)
+    saved = load_result(tmp_path)
+    assert saved.metrics.gc_pauses == pauses and saved.gc_stalls == result.gc_stalls
+
+
 def test_accuracy_mode_logs_every_sample_once(target, workload, tmp_path):
     settings = BenchSettings(scenario="offline", mode="accuracy")
     result = run_benchmark(target, workload, settings, tmp_path, progress=False, plots=False)

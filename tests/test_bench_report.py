@@ -140,10 +140,11 @@ def test_report_without_price_or_settings():
 
 
 def test_fractional_limits_are_printed_as_given():
-    """A 2.8-ms TPOT limit once read "3 ms" in the good rule and the sweep's title."""
+    """A 2.8-ms TPOT limit once read "3 ms" in the good rule, the settings and the sweep's title."""
     result = _result()
     result = dataclasses.replace(result, settings={**result.settings, "tpot_ms": 2.8})
     assert "TTFT <= 550 ms and TPOT <= 2.8 ms" in format_result(result)
+    assert _line(format_result(result), "TPOT limit").split()[2:4] == ["2.8", "ms"]
     assert "limits TTFT 550 ms, TPOT 2.8 ms (p99)" in format_sweep([result])
 
 
@@ -300,3 +301,12 @@ def test_report_shows_speculative_decoding_when_drafts_were_verified():
     result.metrics.spec_acceptance_rate, result.metrics.spec_tokens_per_verification = 0.75, 4.0
     assert "75.0% of drafts accepted, 4.00 tokens per verification step" in \
         _line(format_result(result), "speculative decoding")
+
+
+def test_report_lists_the_runs_gc_pauses_oldest_generation_first():
+    r = _result()
+    assert "none" in _line(format_result(r), "GC pauses")
+    r.metrics.gc_pauses = {"gen0": {"collections": 120, "total_ms": 30.0, "max_ms": 0.4},
+                           "gen2": {"collections": 2, "total_ms": 301.0, "max_ms": 151.25}}
+    line = _line(format_result(r), "GC pauses")
+    assert line.index("gen2: 2, longest 151.2 ms") < line.index("gen0: 120, longest 0.4 ms")

@@ -13,6 +13,7 @@ from tokenmill.bench.cli_args import ENGINE_TARGET
 from tokenmill.bench.results import BenchResult
 from tokenmill.bench.runner import Target, run_benchmark, slug
 from tokenmill.bench.settings import BenchSettings
+from tokenmill.engine.gc_heap import freeze_startup_heap, unfreeze_heap
 
 EXIT_TARGET_ERROR = 1
 
@@ -34,6 +35,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _run_uplift(args, settings)
     specs = args.url or [ENGINE_TARGET]
     engine = _start_engine(args) if ENGINE_TARGET in specs else None
+    if engine is not None:
+        freeze_startup_heap()  # no full collection walks the loaded engine mid-run (engine/gc_heap.py)
     try:
         tokenizer, max_len = _tokenizer_for(args, engine)
         from tokenmill.bench.workloads.args import build_workload
@@ -55,6 +58,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     finally:
         if engine is not None:
             engine.shutdown()
+            unfreeze_heap()
 
 
 def _run_target(args, target: Target, workload, settings: BenchSettings, folder: Path, report) -> BenchResult:
@@ -111,6 +115,7 @@ def _run_uplift(args, settings: BenchSettings) -> int:
     for i, (label, run_config) in enumerate(runs):
         print(f"uplift: run {i + 1} of {len(runs)}: {label}", file=sys.stderr, flush=True)
         engine = AsyncEngine(run_config)
+        freeze_startup_heap()
         try:
             if workload is None:
                 workload = build_workload(args, engine.tokenizer, max_model_len=engine.max_model_len)
@@ -120,6 +125,7 @@ def _run_uplift(args, settings: BenchSettings) -> int:
             results.append(_run_target(args, target, workload, settings, folder / slug(label), report))
         finally:
             engine.shutdown()
+            unfreeze_heap()
     print(compare.format_comparison(results))
     save_summary(folder, "uplift.json", uplift_summary(results))
     _plot(args, "plot_comparison", results, folder / "uplift.png")

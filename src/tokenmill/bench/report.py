@@ -184,7 +184,7 @@ def _settings_block(r: BenchResult) -> list[str]:
 
 
 def _limit(ms: float | None, how: str, source: str) -> str:
-    return MISSING if ms is None else f"{ms:,.0f} ms ({how}; {source})"
+    return MISSING if ms is None else f"{fmt_limit(ms)} ms ({how}; {source})"
 
 
 def _results_block(r: BenchResult) -> list[str]:
@@ -211,7 +211,16 @@ def _results_block(r: BenchResult) -> list[str]:
         ("speculative decoding", "n/a (no drafts verified)" if m.spec_acceptance_rate is None
          else f"{fmt_rate(m.spec_acceptance_rate)} of drafts accepted, {m.spec_tokens_per_verification:.2f} "
               "tokens per verification step"),
+        ("GC pauses", _gc_line(m.gc_pauses)),
     ])
+
+
+def _gc_line(pauses: dict | None) -> str:
+    """This process's collections during the run, oldest generation first."""
+    if not pauses:
+        return "none (or not recorded)"
+    return "; ".join(f"{gen}: {row['collections']}, longest {row['max_ms']:.1f} ms"
+                     for gen, row in sorted(pauses.items(), reverse=True)) + " (this process, during the run)"
 
 
 def _output_tokens_line(m) -> str:

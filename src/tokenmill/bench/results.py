@@ -150,6 +150,10 @@ class Metrics:
     target's own counters); None without speculation or counters."""
     spec_tokens_per_verification: float | None = None
     """Tokens a verification step appended on average (accepted drafts + one)."""
+    gc_pauses: dict | None = None
+    """This process's garbage collections during the run, per generation
+    ("gen0".."gen2": collections, total_ms, max_ms; engine/gc_heap.py): with
+    the in-process engine, each one stopped the engine's steps too."""
 
 
 @dataclass
@@ -179,6 +183,9 @@ class BenchResult:
     t0_unix: float | None = None
     """Wall-clock time (Unix seconds) of the queries' time 0 (their ``*_s``
     fields count from it): lines them up with server logs or injected faults."""
+    gc_stalls: list | None = None
+    """The run's garbage collections of this process that took 1 ms or more:
+    [generation, start (seconds on the queries' clock), milliseconds]."""
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -18,6 +18,7 @@ from tokenmill.bench.results import BenchResult, Verdict
 from tokenmill.bench.server_metrics import rates_between, read_counters
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Workload
+from tokenmill.engine.gc_heap import GcPauseLog
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ class Target:
         return {"label": self.label, "kind": self.kind, "url": self.url, "api": self.api, "model": model}
 
 
+GC_STALL_MS = 1.0
+"""Collections at least this long are listed one by one in results.json (``gc_stalls``)."""
+
+
 def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, run_dir: str | Path,
                   progress: bool = True, plots: bool = True) -> BenchResult:
     run_dir = Path(run_dir)
@@ -46,7 +51,8 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     backend = target.make_backend()
     counters = _counter_reader(target, backend)
     before = counters()
-    run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
+    with GcPauseLog() as gc_log:
+        run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
     after = counters()
     verdict, figures = read_summary(run_dir)
     if settings.mode == "accuracy":
@@ -76,6 +82,8 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     result.metrics.prefix_cache_hit_rate = rates["prefix_cache_hit_rate"]
     result.metrics.spec_acceptance_rate = rates["spec_acceptance_rate"]
     result.metrics.spec_tokens_per_verification = rates["spec_tokens_per_verification"]
+    result.metrics.gc_pauses = gc_log.summary()
+    result.gc_stalls = gc_log.stalls(since_unix=run.t0_unix, min_ms=GC_STALL_MS)
     if settings.mode == "accuracy":
         from tokenmill.bench.accuracy import score_accuracy
         result.accuracy = score_accuracy(run_dir, workload)

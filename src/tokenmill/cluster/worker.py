@@ -50,6 +50,7 @@ from tokenmill.engine.core_messages import (
     encode,
     failure_message,
 )
+from tokenmill.engine.gc_heap import freeze_startup_heap
 from tokenmill.engine.kv_transfer import KVLayout
 from tokenmill.engine.step_thread import start_step_thread
 
@@ -110,6 +111,7 @@ class EngineWorker:
                                    self.core.max_model_len, self.core.arch.vocab_size,
                                    self.core.config.block_size, self.core.tokenizer_source, role,
                                    self.core.kv_layout, os.getpriority(os.PRIO_PROCESS, 0))
+            freeze_startup_heap()  # the actor's process lives as long as its engine (engine/gc_heap.py)
 
         self._thread = start_step_thread(build, self._run, f"tokenmill-{worker_id}")
 

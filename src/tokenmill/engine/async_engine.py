@@ -95,10 +95,11 @@ class AsyncEngine:
         self._pending_adds = 0
         self._cv = threading.Condition()
         self._stopped = False
-        self.step_log: list[tuple[int, int, float]] | None = None
+        self.step_log: list[tuple[int, int, float, float]] | None = None
         """When a list: each engine-thread cycle that ran a step appends (one-token
         runs, tokens of the longer runs, seconds from taking the inbox to handing
-        off the outputs); `tokenmill sim calibrate` reads it."""
+        off the outputs, its start as time.time()); `tokenmill sim calibrate` and
+        benchmarks/serving_stalls.py read it."""
 
         def build() -> None:
             self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
@@ -163,7 +164,7 @@ class AsyncEngine:
                     self._cv.wait()
                 inbox, self._inbox = self._inbox, []
                 stopping = self._stopped
-            start = time.perf_counter()
+            start, start_wall = time.perf_counter(), time.time()
             if stopping:
                 self._apply(inbox)
                 self._fail_all(RuntimeError("the engine is shutting down"), "shutdown")
@@ -184,7 +185,7 @@ class AsyncEngine:
             if step_log is not None:
                 scheduled = self.engine.core.last_schedule
                 ones = sum(s.num_new_tokens == 1 for s in scheduled.scheduled)
-                step_log.append((ones, scheduled.num_tokens - ones, time.perf_counter() - start))
+                step_log.append((ones, scheduled.num_tokens - ones, time.perf_counter() - start, start_wall))
 
     def _apply(self, inbox) -> None:
         adds = 0

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from tokenmill.config import EngineConfig
+from tokenmill.engine.gc_heap import freeze_startup_heap, unfreeze_heap
 from tokenmill.serve.api import DEFAULT_MAX_BODY_BYTES, build_app
 from tokenmill.serve.tools import ToolConfig
 
@@ -101,6 +102,7 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
         engine = start_cluster(config, options.cluster)
     else:
         engine = AsyncEngine.from_config(config)
+    freeze_startup_heap()  # the loaded engine out of every full collection's walk (engine/gc_heap.py)
     try:
         app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
                         max_tokens_limit=options.max_tokens_limit, stream_interval=options.stream_interval,
@@ -111,4 +113,5 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
         uvicorn.Server(uv_config).run(sockets=[sock])
     finally:
         engine.shutdown()
+        unfreeze_heap()
         sock.close()

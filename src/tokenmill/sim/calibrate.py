@@ -115,7 +115,7 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> l
         engine.step_log = []
         for prompts, max_tokens in runs:
             asyncio.run(serve(prompts, max_tokens))
-        times = [t for d, p, t in engine.step_log if (d, p) == (decodes, prefill)]
+        times = [t for d, p, t, _ in engine.step_log if (d, p) == (decodes, prefill)]
         engine.step_log = None
         if not times:
             raise RuntimeError(f"calibrate: no step of {decodes} decodes and {prefill} prefill tokens was seen")
