@@ -3,9 +3,12 @@
 A deployment is ``num_gpus / devices`` identical replicas (data parallel), each
 ``Parallel(tp, ep, attention_dp)`` over its devices, each running our engine's
 scheduler (serving.py) over step times from the cost model (cost.py) on a
-hardware profile (hardware.py). The load splits evenly over replicas, so one
-replica is simulated and its figures scaled. KV capacity per device is what
-the memory fraction leaves after the weights.
+hardware profile (hardware.py). Offline and SingleStream load every replica
+alike, so one replica is simulated and its figures scaled. Server and
+Interactive arrivals go through our router (sim/routed.py: each to the
+least-loaded replica), simulated as groups of ``ROUTED_GROUP`` replicas (or all
+of them, when fewer), each group fed its share of the arrivals, and scaled.
+KV capacity per device is what the memory fraction leaves after the weights.
 
 With ``disagg`` the replicas form a prefill pool and a decode pool
 (sim/disagg.py); then every replica is simulated and the request count and
@@ -20,6 +23,7 @@ from dataclasses import asdict, dataclass
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.scenarios import (
     MLPERF_SERVER_MIN_QUERIES,
     OFFLINE_SLACK,
@@ -39,6 +43,10 @@ PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 HINTED_STEP = 1.25
 """The peak search's bracketing factor from ``Workload.qps_hint`` (2 from the Offline rate):
 a neighbour's peak is usually within 25% (each bracketing step is a 600 s run to simulate)."""
+ROUTED_GROUP = 4
+"""Replicas simulated together behind the router for Server and Interactive: the
+least-load rule's gain over one replica alone is mostly there by 4 (queueing's
+pooling), and each replica simulated costs its steps."""
 OFFLINE_SIZING_RUNS = 4
 """Most re-sizings of a timed Offline run (``Workload.duration_s``); two usually settle it."""
 
@@ -79,7 +87,7 @@ class Workload:
     ttft_ms: float | None = None
     tpot_ms: float | None = None
     target_qps: float | None = None
-    """server / interactive: simulate this QPS (per replica's share of it) instead
+    """server / interactive: simulate this QPS (the whole deployment's; each simulated share gets its part) instead
     of searching the peak that meets the limits."""
     requests: tuple[SimRequest, ...] | None = None
     """Simulate exactly these requests (a measured run's, sim/replay.py) instead of
@@ -137,15 +145,21 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=d.max_num_batched_tokens,
                        num_kv_blocks=blocks, block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth)
-    # Aggregated: one replica's share of the load is simulated; disaggregated: all of it.
-    share = 1 if d.disagg else d.replicas
-    num_requests = w.num_requests * (d.replicas if d.disagg else 1)
+    # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
+    # group's share); disaggregated: all of it.
+    routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
+    group = min(d.replicas, ROUTED_GROUP) if routed else 1
+    share = 1 if d.disagg else d.replicas / group
+    num_requests = w.num_requests * (d.replicas if d.disagg else group)
     if d.disagg:
         pool = Pool(seconds, config)
         transfer = transfer_time(arch, hw, d)
 
         def run(requests):
             return simulate_disagg(requests, d.disagg, pool, pool, transfer)
+    elif group > 1:
+        def run(requests):
+            return simulate_routed(requests, group, seconds, config)
     else:
         def run(requests):
             return simulate(requests, seconds, config)
@@ -155,13 +169,15 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         result, qps = run(list(w.requests if d.disagg else w.requests[::d.replicas])), None  # one replica's share
     else:
         result, qps = _scenario(w, run, seconds, config, num_requests, share)
-    return _figures(result, hw, d, w, blocks, qps, share)
+    figures = _figures(result, hw, d, w, blocks, qps, share)
+    figures["config"]["routed_group"] = group if group > 1 else None
+    return figures
 
 
 def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
-              share: int) -> tuple[SimResult, float | None]:
-    """The run of ``w``'s scenario on one replica's share of the load (``run``: one
-    replica, or the disaggregated pools) and its QPS per share (None unless Server)."""
+              share: float) -> tuple[SimResult, float | None]:
+    """The run of ``w``'s scenario on one share of the load (``run``: one replica, a
+    routed group, or the disaggregated pools) and its QPS per share (None unless Server)."""
     isl, osl = w.lengths()
 
     def offline_run(n: int) -> SimResult:
@@ -186,7 +202,7 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
         if w.duration_s is None:
             return server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
         return server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
-                               min_count=-(-MLPERF_SERVER_MIN_QUERIES // share))
+                               min_count=math.ceil(MLPERF_SERVER_MIN_QUERIES / share))
 
     if w.target_qps is not None:
         qps = w.target_qps / share
@@ -220,7 +236,7 @@ def transfer_time(arch, hw: Hardware, d: Deployment):
 
 
 def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None,
-             share: int) -> dict:
+             share: float) -> dict:
     """``share``: how many times the simulated load fits in the deployment (1: all of it was simulated)."""
     # Server runs are counted as LoadGen counts them (SimResult.completed_tokens_per_s); a replayed
     # run as the benchmark measured it (first arrival to last finish).
@@ -245,5 +261,5 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
-        "requests_simulated": len(result.arrival_s) * share,
+        "requests_simulated": round(len(result.arrival_s) * share),
     }

@@ -179,7 +179,7 @@ class SimResult:
 
 def simulate(requests: Iterable[SimRequest], step_time: StepTime, config: SimConfig) -> SimResult:
     """Run the requests to completion through our scheduler's rules."""
-    return _Sim(list(requests), config).run(step_time)
+    return ReplicaSim(list(requests), config).run(step_time)
 
 
 @dataclass
@@ -198,7 +198,11 @@ class _Step:
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-class _Sim:
+class ReplicaSim:
+    """One replica's scheduler state over a list of requests: ``run`` feeds them by
+    arrival time (``simulate``); sim/routed.py feeds each its routed ones and steps
+    the replicas in time order (``has_work``, ``step``, ``result``)."""
+
     def __init__(self, requests: list[SimRequest], cfg: SimConfig):
         if not requests:
             raise ValueError("requests: need at least one")
@@ -224,6 +228,10 @@ class _Sim:
         self.run_ids = _EMPTY  # running requests, oldest admission first
         self.waiting: deque[int] = deque()
         self.preemptions = 0
+        self.steps = self.seqs = self.tokens = self.idle_steps = 0
+        self.busy = 0.0
+        self.finished_last_step = _EMPTY
+        """Requests the last step finished (sim/routed.py subtracts their load)."""
 
     def _validate(self, cached: np.ndarray) -> None:
         cfg = self.cfg
@@ -247,36 +255,45 @@ class _Sim:
 
     def run(self, step_time: StepTime) -> SimResult:
         total, nxt, t = len(self.order), 0, float(self.arrival[self.order[0]])
-        steps = seqs = tokens = 0
-        busy = 0.0
-        idle_steps = 0
         while True:
             while nxt < total and self.arrival[self.order[nxt]] <= t:
                 self.waiting.append(int(self.order[nxt]))
                 nxt += 1
-            if not self.run_ids.size and not self.waiting:
+            if not self.has_work():
                 if nxt == total:
                     break
                 t = float(self.arrival[self.order[nxt]])
                 continue
-            step = self._schedule()
-            if not step.ids.size:  # only a preempting step can schedule nothing
-                idle_steps += 1
-                if idle_steps > len(self.order) + 1:
-                    raise RuntimeError("simulation made no progress")
-                continue
-            idle_steps = 0
-            dt = float(step_time(self._shape(step)))
-            if not (dt >= 0 and math.isfinite(dt)):
-                raise ValueError(f"step_time: returned {dt}; need finite seconds >= 0")
-            t += dt
-            busy += dt
-            steps += 1
-            seqs += step.ids.size
-            tokens += int(step.num.sum())
-            self._update(step, t)
-        return SimResult(self.arrival, self.first, self.finish, self.gen, steps, self.preemptions,
-                         seqs, tokens, busy)
+            t += self.step(step_time, t)
+        return self.result()
+
+    def has_work(self) -> bool:
+        return bool(self.run_ids.size or self.waiting)
+
+    def step(self, step_time: StepTime, t: float) -> float:
+        """One engine step starting at ``t`` over what is running and waiting;
+        returns its seconds (0 for a preempting step that scheduled nothing)."""
+        self.finished_last_step = _EMPTY
+        step = self._schedule()
+        if not step.ids.size:  # only a preempting step can schedule nothing
+            self.idle_steps += 1
+            if self.idle_steps > len(self.order) + 1:
+                raise RuntimeError("simulation made no progress")
+            return 0.0
+        self.idle_steps = 0
+        dt = float(step_time(self._shape(step)))
+        if not (dt >= 0 and math.isfinite(dt)):
+            raise ValueError(f"step_time: returned {dt}; need finite seconds >= 0")
+        self.busy += dt
+        self.steps += 1
+        self.seqs += step.ids.size
+        self.tokens += int(step.num.sum())
+        self.finished_last_step = self._update(step, t + dt)
+        return dt
+
+    def result(self) -> SimResult:
+        return SimResult(self.arrival, self.first, self.finish, self.gen, self.steps, self.preemptions,
+                         self.seqs, self.tokens, self.busy)
 
     # ---- schedule (Scheduler.schedule) ----
 
@@ -397,8 +414,8 @@ class _Sim:
         prefills = tuple(PrefillChunk(n, c) for n, c in zip(step.num[chunks].tolist(), step.start[chunks].tolist()))
         return StepShape(tuple(step.start[decode].tolist()), prefills, per_decode)
 
-    def _update(self, step: _Step, t: float) -> None:
-        """Scheduler.update for a step that ended at ``t``."""
+    def _update(self, step: _Step, t: float) -> np.ndarray:
+        """Scheduler.update for a step that ended at ``t``; returns the requests it finished."""
         ids, start, num, drafts = step.ids, step.start, step.num, step.drafts
         ntok = self.ntok[ids]
         emitted = (start + num == ntok + drafts).astype(np.int64)  # reached its last token: samples
@@ -420,3 +437,4 @@ class _Sim:
             self.free += int(self.held[done].sum())
             self.held[done] = 0
             self.run_ids = self.run_ids[np.isnan(self.finish[self.run_ids])]
+        return done
