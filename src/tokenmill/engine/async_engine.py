@@ -164,7 +164,7 @@ class AsyncEngine:
                     self._cv.wait()
                 inbox, self._inbox = self._inbox, []
                 stopping = self._stopped
-            start, start_wall = time.perf_counter(), time.time()
+            start = time.perf_counter()
             if stopping:
                 self._apply(inbox)
                 self._fail_all(RuntimeError("the engine is shutting down"), "shutdown")
@@ -185,7 +185,8 @@ class AsyncEngine:
             if step_log is not None:
                 scheduled = self.engine.core.last_schedule
                 ones = sum(s.num_new_tokens == 1 for s in scheduled.scheduled)
-                step_log.append((ones, scheduled.num_tokens - ones, time.perf_counter() - start, start_wall))
+                seconds = time.perf_counter() - start
+                step_log.append((ones, scheduled.num_tokens - ones, seconds, time.time() - seconds))
 
     def _apply(self, inbox) -> None:
         adds = 0

@@ -25,12 +25,10 @@ engine's shutdown, so an engine shut down in a process that goes on
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import threading
 import time
-from typing import Iterator
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +46,6 @@ def freeze_startup_heap() -> int:
 def unfreeze_heap() -> None:
     """Hand the frozen objects back to the collector (after the engine's shutdown)."""
     gc.unfreeze()
-
-
-@contextlib.contextmanager
-def frozen_startup_heap() -> Iterator[int]:
-    """``freeze_startup_heap`` on entry (yields the count), ``unfreeze_heap`` on exit."""
-    frozen = freeze_startup_heap()
-    try:
-        yield frozen
-    finally:
-        unfreeze_heap()
 
 
 class GcPauseLog:
