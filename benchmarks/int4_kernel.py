@@ -29,7 +29,7 @@ def _callables(kernels, n: int, k: int, x: torch.Tensor) -> dict:
     codes, scales, zeros = quantize_groupwise_int4(weight)
     torch_packed = torch._convert_weight_to_int4pack_for_cpu(codes, 1)
     sz = torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous().to(torch.bfloat16)
-    ours = int4_pack(codes, scales, zeros, torch.bfloat16)
+    ours = int4_pack(codes, scales, zeros)
     calls = {"torch int4": lambda: torch._weight_int4pack_mm_for_cpu(x, torch_packed, 32, sz),
              "ours float": lambda: kernels.int4_linear(x, ours, n, None, False)}
     if kernels.int4_linear_isa() == "avx512-vnni":

@@ -21,7 +21,7 @@ def _layer(n: int, k: int, seed: int, panels_per_block: int | None = None):
     torch.manual_seed(seed)
     weight = torch.randn(n, k) * 0.05
     codes, scales, zeros = quantize_groupwise_int4(weight)
-    packed = int4_pack(codes, scales, zeros, torch.bfloat16, panels_per_block)
+    packed = int4_pack(codes, scales, zeros, panels_per_block)
     # The grid both kernels compute with: scales and zeros rounded to bf16.
     dense = dequantize_groupwise_int4(codes, scales.bfloat16().float(), zeros.bfloat16().float()).double()
     return packed, dense, codes, scales.bfloat16().double(), zeros.bfloat16().double()
@@ -108,7 +108,7 @@ def test_blocks_split_evenly_between_threads_where_they_can():
     assert panels_per_block_for(576, threads=1) == 4
     assert panels_per_block_for(48, threads=2) == 3  # 3 panels: no even split; one block, no padding
     assert panels_per_block_for(80, threads=2) == 4  # 5 panels: no even split; 2 blocks, the second padded
-    assert int4_pack(*quantize_groupwise_int4(torch.randn(48, 64)), torch.bfloat16, 4).shape == (1, 2, 4 * 96)
+    assert int4_pack(*quantize_groupwise_int4(torch.randn(48, 64)), 4).shape == (1, 2, 4 * 80)
 
 
 def test_int4_layers_follow_the_activations_setting():

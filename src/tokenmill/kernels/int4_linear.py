@@ -62,37 +62,37 @@ def dequantize_groupwise_int4(codes: torch.Tensor, scales: torch.Tensor, zeros: 
     return ((c - 8.0) * scales[..., None].float() + zeros[..., None].float()).view(out_f, in_f)
 
 
-def int4_pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, scale_dtype: torch.dtype,
+def int4_pack(codes: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
               panels_per_block: int | None = None) -> torch.Tensor:
     """quantize_groupwise_int4's (codes [N, K], scales, zeros [N, K/32]) -> the
     layout of the C++ int4_linear (kernels/csrc/int4_linear.cpp): int32
-    [B, K/32, NP * 96], B blocks of NP panels of 16 output columns; per (block,
+    [B, K/32, NP * 80], B blocks of NP panels of 16 output columns; per (block,
     group) the codes [4][NP][16] (word jj, lane l of panel p holds column
     16 (NP b + p) + l's codes for k = 32 g + 8 jj + t in bits 4t..4t+3), then
-    the scales [NP][16] and offsets [NP][16] as float32 bits, offset = zero -
-    8 * scale so that w = code * scale + offset. Scales and zeros are first
-    rounded to ``scale_dtype``, as torch's packed kernel stores them, so that both
+    the scales [NP][16] and zeros [NP][16] as bf16, two to a word; the kernel
+    computes w = code * scale + (zero - 8 * scale). Scales and zeros are rounded
+    to bf16, the grid torch's packed kernel computes with on CPU too, so both
     kernels compute with one grid. Padding columns: zero codes, scales and
-    offsets. NP: ``panels_per_block``, or ``panels_per_block_for(N)``."""
+    zeros. NP: ``panels_per_block``, or ``panels_per_block_for(N)``."""
     n, k = codes.shape
     p = -(-n // 16)
     npb = panels_per_block or panels_per_block_for(n)
     blocks = -(-p // npb)
     g = k // GROUP_SIZE
     pad = blocks * npb * 16 - n
-    scales = scales.to(scale_dtype).float()
-    offsets = zeros.to(scale_dtype).float() - 8.0 * scales
     c = torch.nn.functional.pad(codes.to(torch.int64), (0, 0, 0, pad))  # [B*NP*16, K]
     c = c.view(blocks, npb, 16, g, 4, 8).permute(0, 3, 4, 1, 2, 5)  # [B, G, 4, NP, 16, 8]
     shifts = torch.arange(0, 32, 4, dtype=torch.int64)  # nibble t at bits 4t
     words = (c << shifts).sum(-1)  # [B, G, 4, NP, 16], < 2**32
     words = torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).reshape(blocks, g, -1)
 
-    def per_group(t: torch.Tensor) -> torch.Tensor:  # [N, G] float32 -> [B, G, NP * 16] int32 bits
+    def per_group(t: torch.Tensor) -> torch.Tensor:  # [N, G] float32 -> [B, G, NP * 16] bf16
         t = torch.nn.functional.pad(t, (0, 0, 0, pad)).view(blocks, npb * 16, g).transpose(1, 2)
-        return t.contiguous().view(torch.int32)
+        return t.to(torch.bfloat16).contiguous()
 
-    return torch.cat([words, per_group(scales), per_group(offsets)], dim=2).contiguous()
+    # [B, G, NP * 32] bf16 (scales, then zeros) viewed as [B, G, NP * 16] int32.
+    scales_zeros = torch.cat([per_group(scales), per_group(zeros)], dim=2).contiguous().view(torch.int32)
+    return torch.cat([words, scales_zeros], dim=2).contiguous()
 
 
 def panels_per_block_for(n: int, threads: int | None = None) -> int:
@@ -142,7 +142,7 @@ class Int4Linear(nn.Module):
                              "use float")
         self.int8_activations = activations == "int8"
         if kernels is not None:
-            self.register_buffer("packed", int4_pack(codes, scales, zeros, compute_dtype))
+            self.register_buffer("packed", int4_pack(codes, scales, zeros))
         elif self.on_cpu:
             # Packed two codes per byte in torch's tiled layout: [out, in / 2] uint8.
             self.register_buffer("packed", torch._convert_weight_to_int4pack_for_cpu(codes, 1))

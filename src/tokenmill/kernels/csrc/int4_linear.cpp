@@ -10,15 +10,19 @@
 //   y[r, n] = sum_g scale[g, n] * (sum_{k in g} code[k, n] * x[r, k]) + offset[g, n] * xsum[r, g]
 // with xsum[r, g] = sum_{k in g} x[r, k], computed once per call.
 //
-// Layout (int4_pack in kernels/int4_linear.py): int32 [B][G][NP * 96], G = K / 32 groups,
+// Layout (int4_pack in kernels/int4_linear.py): int32 [B][G][NP * 80], G = K / 32 groups,
 // blocks of NP panels (NP = 1..4, chosen at packing time) of 16 output columns: block b holds
 // columns 16 NP b .. 16 NP (b + 1) - 1. Per (block, group), one contiguous run, so each thread
 // reads one sequential stream, where the previous layout gave it six strided ones (with the
 // prefetch below: 1.04-1.27x faster over a model's layers read from memory, docs/PERFORMANCE.md):
 //   words   [4][NP][16]: lane l of word jj, panel p holds column 16 (NP b + p) + l's codes for
 //                        k = 32 g + 8 jj + t in bits 4t .. 4t + 3;
-//   scales  [NP][16], offsets [NP][16]: float32 bit patterns.
-// Columns past N (padding up to a whole block) hold zero codes, scales and offsets, and are
+//   scales  [NP][16], zeros [NP][16]: bf16, two to an int32 (the compute dtype's grid, to which
+//                        the packer rounds them anyway); the kernel widens them to float32 and
+//                        forms offset = zero - 8 * scale in float32, the value the packer stored
+//                        as float32 when these were float32 words (4 bytes per 32 weights less:
+//                        a sixth of the bytes a decode step reads, the results unchanged bit for bit).
+// Columns past N (padding up to a whole block) hold zero codes, scales and zeros, and are
 // never stored.
 //
 // Two arithmetic paths, chosen per call (int8_activations); int4_linear_isa() says which
@@ -56,13 +60,13 @@ constexpr int64_t kGroup = 32;  // input channels per scale/offset group
 constexpr int64_t kWordK = 8;   // codes per int32 word
 constexpr int kMaxPanels = 4;   // panels per block
 constexpr int64_t kGroupWords = kGroup / kWordK;  // 4 words per lane per group
-// Software prefetch distance, in groups of the block's stream (3 groups of 4 panels: 4.5 KB; 1, 6
-// and 12 groups measured no better in an ad hoc A/B). Prefetches past the end of the tensor are
+// Software prefetch distance, in groups of the block's stream (3 groups of 4 panels: 3.75 KB; 1, 6
+// and 12 groups measured no better in an ad hoc A/B, with float32 scales). Prefetches past the end of the tensor are
 // harmless hints.
 constexpr int64_t kPrefetchGroups = 3;
 
-// Per (block, group): 96 int32 per panel (64 code words, 16 scales, 16 offsets).
-constexpr int64_t kBlockGroupInts = (kGroupWords + 2) * kLanes;
+// Per (block, group): 80 int32 per panel (64 code words, then 16 bf16 scales and 16 bf16 zeros).
+constexpr int64_t kBlockGroupInts = (kGroupWords + 1) * kLanes;
 
 // Rows per tile: R x NP accumulators (two each in the float path) and the widened codes fit
 // the 32 vector registers. Calls of 5+ rows use the layer's bf16 copy when it keeps one.
@@ -125,8 +129,16 @@ Activations prepare(const T* x, int64_t M, int64_t K, bool int8_activations) {
     return a;
 }
 
+// A bf16 bit pattern as float32 (exact).
+inline float bf16_to_float(uint16_t bits) {
+    const uint32_t word = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &word, 4);
+    return f;
+}
+
 // Portable reference of the float path (builds without AVX-512; tests compare every path
-// against a dequantized float64 product). blk: one block, [G][NP * 96].
+// against a dequantized float64 product). blk: one block, [G][NP * 80].
 void tile_portable(const Activations& a, int64_t m0, const int32_t* blk, int rows, int np,
                    float* out /* [rows][np][16] */) {
     const int64_t K = a.K, G = a.G, stride = np * kBlockGroupInts;
@@ -143,15 +155,31 @@ void tile_portable(const Activations& a, int64_t m0, const int32_t* blk, int row
                         const float code = static_cast<float>((word >> (4 * (k % kWordK))) & 0xF);
                         (k % 2 == 0 ? a_even : a_odd) += code * a.x[(m0 + r) * K + k];
                     }
-                    const float* sc = reinterpret_cast<const float*>(gb + kGroupWords * np * kLanes);
-                    y += sc[p * kLanes + l] * (a_even + a_odd);
-                    y += sc[(np + p) * kLanes + l] * a.xsum[(m0 + r) * G + g];
+                    const uint16_t* sz = reinterpret_cast<const uint16_t*>(gb + kGroupWords * np * kLanes);
+                    const float scale = bf16_to_float(sz[p * kLanes + l]);
+                    const float offset = bf16_to_float(sz[(np + p) * kLanes + l]) - 8.f * scale;
+                    y += scale * (a_even + a_odd);
+                    y += offset * a.xsum[(m0 + r) * G + g];
                 }
                 out[(r * np + p) * kLanes + l] = y;
             }
 }
 
 #if defined(__AVX512F__)
+
+// Panel p's 16 scales and offsets of one (block, group): the bf16 scales and zeros after the
+// P panels' code words, widened to float32; offset = zero - 8 * scale (float32, as the packer
+// formed it before the zeros were stored as bf16).
+template <int P>
+inline void scales_offsets(const int32_t* gb, int p, __m512& scale, __m512& offset) {
+    const uint16_t* sz = reinterpret_cast<const uint16_t*>(gb + kGroupWords * P * kLanes);
+    const auto widen = [](const uint16_t* bits) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    };
+    scale = widen(sz + p * kLanes);
+    offset = _mm512_sub_ps(widen(sz + (P + p) * kLanes), _mm512_mul_ps(_mm512_set1_ps(8.f), scale));
+}
 
 // The group kPrefetchGroups ahead in this block's stream (one cache line per 16 ints).
 template <int P>
@@ -199,10 +227,9 @@ void tile_float(const Activations& a, int64_t m0, const int32_t* blk, float* out
                 }
             }
         }
-        const float* sc = reinterpret_cast<const float*>(gb + kGroupWords * P * kLanes);
         for (int p = 0; p < P; ++p) {
-            const __m512 s = _mm512_loadu_ps(sc + p * kLanes);
-            const __m512 o = _mm512_loadu_ps(sc + (P + p) * kLanes);
+            __m512 s, o;
+            scales_offsets<P>(gb, p, s, o);
             for (int r = 0; r < R; ++r) {
                 y[r][p] = _mm512_fmadd_ps(s, _mm512_add_ps(even[r][p], odd[r][p]), y[r][p]);
                 y[r][p] = _mm512_fmadd_ps(o, _mm512_set1_ps(a.xsum[(m0 + r) * G + g]), y[r][p]);
@@ -264,10 +291,9 @@ void tile_vnni(const Activations& a, int64_t m0, const int32_t* blk, float* out)
         }
         if constexpr (kSplit)
             for (int p = 0; p < P; ++p) acc[0][p] = _mm512_add_epi32(acc[0][p], acc_hi[p]);
-        const float* sc = reinterpret_cast<const float*>(gb + kGroupWords * P * kLanes);
         for (int p = 0; p < P; ++p) {
-            const __m512 s = _mm512_loadu_ps(sc + p * kLanes);
-            const __m512 o = _mm512_loadu_ps(sc + (P + p) * kLanes);
+            __m512 s, o;
+            scales_offsets<P>(gb, p, s, o);
             for (int r = 0; r < R; ++r) {
                 const __m512 sx = _mm512_mul_ps(s, _mm512_set1_ps(a.xscale[(m0 + r) * G + g]));
                 y[r][p] = _mm512_fmadd_ps(sx, _mm512_cvtepi32_ps(acc[r][p]), y[r][p]);
@@ -343,7 +369,7 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std:
     TORCH_CHECK(packed.scalar_type() == torch::kInt && packed.dim() == 3 && packed.is_contiguous() &&
                     packed.size(2) % kBlockGroupInts == 0 && packed.size(2) / kBlockGroupInts >= 1 &&
                     packed.size(2) / kBlockGroupInts <= kMaxPanels,
-                "int4_linear: packed must be contiguous int32 [B, K/32, NP * 96], NP in 1..4");
+                "int4_linear: packed must be contiguous int32 [B, K/32, NP * 80], NP in 1..4");
     const int64_t M = x.size(0), K = x.size(1), B = packed.size(0), G = K / kGroup;
     const int np = static_cast<int>(packed.size(2) / kBlockGroupInts);
     const int64_t block_cols = np * kLanes;
