@@ -129,6 +129,19 @@ def test_int4_layers_follow_the_activations_setting():
         EngineConfig(int4_activations="int3")
 
 
+def test_auto_activations_are_int8_only_for_drafts_on_vnni_cpus():
+    from tokenmill.kernels.int4_linear import resolve_int4_activations
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    vnni = kernels.int4_linear_isa() == "avx512-vnni"
+    assert resolve_int4_activations("auto", cpu, draft=True) == ("int8" if vnni else "float")
+    assert resolve_int4_activations("auto", cpu, draft=False) == "float"  # the served model stays weight-only
+    assert resolve_int4_activations("auto", cuda, draft=True) == "float"
+    for setting in ("float", "int8"):  # an explicit setting stands, for drafts and served layers alike
+        assert resolve_int4_activations(setting, cpu, draft=True) == setting
+        assert resolve_int4_activations(setting, cpu, draft=False) == setting
+
+
 def test_an_int4_layer_deep_copies_and_computes_the_same():
     import copy
 

@@ -37,6 +37,21 @@ def test_the_twin_shares_all_but_its_linears():
     assert all(isinstance(getattr(o, a), torch.nn.Linear) for o, a in model.decoder_linears())
 
 
+def test_the_engines_twin_takes_int8_activations_by_default_where_vnni_allows():
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+
+    kernels = load_cpu_kernels()
+    vnni = kernels is not None and kernels.int4_linear_isa() == "avx512-vnni"
+    for setting, expected in (("auto", vnni), ("float", False)):
+        core = EngineCore(EngineConfig(**DUMMY, speculative_config=SELF_INT4, int4_activations=setting))
+        twin = core.drafting.proposer.draft
+        layers = [getattr(o, a) for o, a in twin.decoder_linears()]
+        assert layers and all(isinstance(layer, Int4Linear) for layer in layers)
+        assert {layer.int8_activations for layer in layers} == {expected}, setting
+    served = EngineCore(EngineConfig(**DUMMY, quantization="int4"))  # auto: the served model's layers stay float
+    assert not any(getattr(o, a).int8_activations for o, a in served.model.decoder_linears())
+
+
 def test_refused_with_quantization():
     with pytest.raises(ValueError, match="speculative_config.method: self-int4.*quantization"):
         EngineCore(EngineConfig(**DUMMY, quantization="int4", speculative_config=SELF_INT4))

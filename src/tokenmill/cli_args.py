@@ -48,10 +48,12 @@ def _add_model_args(g) -> None:
     g.add_argument("--quantization", choices=["int8", "int4"], default=None,
                    help="weight-only quantization: int8 (per-channel) or int4 (groups of 32, LM head int8); "
                         "lowers batch-1 latency on CPU")
-    g.add_argument("--int4-activations", choices=INT4_ACTIVATIONS, default="float",
+    g.add_argument("--int4-activations", choices=INT4_ACTIVATIONS, default="auto",
                    help="what int4 layers multiply their codes with on CPU: float (weight-only int4) or int8 "
                         "(activations quantized per group of 32 for AVX512-VNNI dot products, as llama.cpp: "
-                        "faster batch-1 decode, a measurable quality cost; docs/PERFORMANCE.md)")
+                        "faster batch-1 decode, a measurable quality cost; docs/PERFORMANCE.md); auto: float for "
+                        "the served model, int8 for speculative drafts where AVX512-VNNI allows (drafts are "
+                        "verified: the rounding costs acceptance, not output)")
 
 
 def _add_kernel_args(g) -> None:

@@ -14,7 +14,7 @@ from tokenmill.spec.config import parse_speculative_config
 LOAD_FORMATS = ("auto", "gguf", "hf", "dummy")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 QUANTIZATIONS = (None, "int8", "int4")
-INT4_ACTIVATIONS = ("float", "int8")
+INT4_ACTIVATIONS = ("auto", "float", "int8")
 ATTENTION_BACKENDS = ("auto", "cpp", "torch")
 FUSED_OPS = ("auto", "cpp", "compiled", "torch")
 LINEAR_BACKENDS = ("auto", "mixed", "panels", "onednn", "torch")
@@ -42,14 +42,17 @@ class EngineConfig:
     """None, 'int8' (weight-only int8 linears, per-channel scales) or 'int4'
     (decoder linears int4 in groups of 32, GGUF Q4_1's layout; LM head int8).
     See kernels/quantize.py."""
-    int4_activations: str = "float"
+    int4_activations: str = "auto"
     """What int4 layers (``quantization`` int4, self-int4 drafts, int4 draft
-    models) multiply their 4-bit codes with on CPU: float | int8. float:
+    models) multiply their 4-bit codes with on CPU: auto | float | int8. float:
     weight-only int4 (activations as they are). int8: each call's activations
     quantized to int8 per group of 32 for the int4 x int8 dot products of
     AVX512-VNNI (as llama.cpp does for its Q4 formats): faster batch-1 decode,
     a measurable quality cost; needs the C++ kernels built with AVX512-VNNI.
-    Both measured in docs/PERFORMANCE.md ("int4 kernel")."""
+    Both measured in docs/PERFORMANCE.md ("int4 kernel"). auto: float for the
+    served model's layers; int8 for a draft's where the kernels have VNNI
+    (drafts are verified, so the rounding costs acceptance, never output:
+    kernels/int4_linear.py ``resolve_int4_activations``)."""
     attention_backend: str = "auto"
     """Attention: auto | cpp | torch. cpp is a C++ kernel reading KV blocks in
     place, every token of a step (decode or prefill) one query row over its

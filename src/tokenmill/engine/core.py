@@ -63,6 +63,7 @@ from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
 from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact, verification_rows
 from tokenmill.errors import RequestError
+from tokenmill.kernels.int4_linear import resolve_int4_activations
 from tokenmill.kernels.quantize import dense_copy_fits
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
@@ -100,7 +101,8 @@ class EngineCore:
         """int4 keeps bf16 copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = swap_linears(self.model, config.quantization, config.linear_backend,
                                            linear_backend, invariant_kernels, self.int4_dense_prefill,
-                                           config.int4_activations)
+                                           resolve_int4_activations(config.int4_activations, self.device,
+                                                                    draft=False))
         """What runs the linears: mixed | panels | onednn | torch | invariant | int8 | int4."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
@@ -168,10 +170,12 @@ class EngineCore:
         quantization its config names."""
         draft = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
                                  device=self.device, dtype=self.dtype, seed=config.seed,
-                                 int4_activations=config.int4_activations)
+                                 int4_activations=resolve_int4_activations(config.int4_activations, self.device,
+                                                                           draft=True))
         if spec.method == "draft_model":
             swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
-                         None, spec.quantization == "int4" and dense_copy_fits(draft), config.int4_activations)
+                         None, spec.quantization == "int4" and dense_copy_fits(draft),
+                         resolve_int4_activations(config.int4_activations, self.device, draft=True))
         return draft
 
     def _resolve_limits(self, config: EngineConfig, name: str, extra_bytes_per_token: int) -> EngineConfig:
