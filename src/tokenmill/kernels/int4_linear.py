@@ -155,6 +155,11 @@ class Int4Linear(nn.Module):
             self.register_buffer("zeros", zeros.to(compute_dtype))
         self.dense = dense_copy(linear, compute_dtype) if keep_dense and self.on_cpu else None
 
+    @property
+    def on_cpp_kernel(self) -> bool:
+        """Whether calls run the C++ int4_linear (else torch's kernel or a dequantized matmul)."""
+        return self._int4_linear is not None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])

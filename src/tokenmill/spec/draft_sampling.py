@@ -75,9 +75,19 @@ class DraftSampler:
         """One more draft for requests[i], i in ``rows`` (logits [len(rows), >= vocab]
         in that order): appended to drafts[i], its distribution (or None) to probs[i]."""
         picked, q = self.pick(logits, vocab_size, [requests[i] for i in rows], [drafts[i] for i in rows])
-        for i, token, q_row in zip(rows, picked, q):
+        self.append(picked, rows, drafts, probs, q)
+
+    def argmax_only(self, requests: list[Request]) -> bool:
+        """Whether every one of ``requests`` drafts its argmax (greedy, or exact_match)."""
+        return not self.sample or all(r.params.greedy for r in requests)
+
+    @staticmethod
+    def append(tokens: list[int], rows: list[int], drafts: list[list[int]], probs: list[list[torch.Tensor | None]],
+               q: list[torch.Tensor | None] | None = None) -> None:
+        """Draft tokens[j] for request rows[j], drawn from q[j] (None: an argmax)."""
+        for j, (i, token) in enumerate(zip(rows, tokens)):
             drafts[i].append(token)
-            probs[i].append(q_row)
+            probs[i].append(q[j] if q is not None else None)
 
     def _uniforms(self, rows: list[SamplingRow]) -> torch.Tensor:
         """[S] float64: seeded rows from (seed, output position, STREAM_DRAFT)."""

@@ -30,6 +30,7 @@ from torch import nn
 
 from tokenmill.kernels.quantize import quantize_model
 from tokenmill.spec.draft_sampling import DraftSampler
+from tokenmill.spec.shortlist_head import shortlist_head
 
 if TYPE_CHECKING:
     from tokenmill.engine.kv_cache_manager import KVCacheManager
@@ -39,14 +40,19 @@ if TYPE_CHECKING:
 
 def int4_twin(model: nn.Module, int4_activations: str = "float") -> nn.Module:
     """A copy of ``model`` whose decoder linears are int4 (LM head int8) and
-    which shares every other tensor with it. Call before the target's own
-    linears are swapped for a backend (they must still be nn.Linear)."""
+    which shares every other tensor with it; its ``shortlist_head``
+    (spec/shortlist_head.py) picks greedy drafts from an int4 copy of the head,
+    or is None. Call before the target's own linears are swapped for a backend
+    (they must still be nn.Linear)."""
     shared = {id(t): t for t in chain(model.parameters(), model.buffers())}
     ops = getattr(model, "ops", None)
     if ops is not None:
         shared[id(ops)] = ops
     twin = copy.deepcopy(model, memo=shared)
+    head = twin.lm_head
     quantize_model(twin, "int4", int4_activations=int4_activations)
+    twin.shortlist_head = shortlist_head(head, twin.lm_head, torch.bfloat16, int4_activations,
+                                         twin.arch.vocab_size)
     return twin
 
 
@@ -78,7 +84,11 @@ class ModelDrafter:
                 self.draft, [drafts[i][-1] if step else requests[i].token_ids[-1] for i in rows],
                 [r.num_computed_tokens + step for r in reqs],
                 [self.kv.block_table(r.request_id) for r in reqs])
-            self.sampler.extend(self.draft.compute_logits(hidden), self.draft.arch.vocab_size, requests, rows,
-                                drafts, probs)
+            shortlist = getattr(self.draft, "shortlist_head", None)
+            if shortlist is not None and self.sampler.argmax_only(reqs):
+                self.sampler.append(shortlist.argmax(hidden), rows, drafts, probs)
+            else:
+                self.sampler.extend(self.draft.compute_logits(hidden), self.draft.arch.vocab_size, requests, rows,
+                                    drafts, probs)
         self.last_probs = probs
         return drafts

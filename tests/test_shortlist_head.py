@@ -1,0 +1,85 @@
+"""spec/shortlist_head.py: a draft's greedy pick from an int4 copy of its LM
+head, rescored on the int8 head's rows; self-int4 drafts greedy rows with it
+and sampled rows from the int8 head's whole distribution."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tokenmill.config import EngineConfig
+from tokenmill.engine.core import EngineCore
+from tokenmill.engine.engine import LLMEngine
+from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+from tokenmill.kernels.int8_linear import Int8Linear
+from tokenmill.sampling_params import SamplingParams
+from tokenmill.spec.shortlist_head import shortlist_head
+
+kernels = load_cpu_kernels()
+needs_int4_kernel = pytest.mark.skipif(kernels is None or kernels.int4_linear_isa() == "portable",
+                                       reason="needs the C++ int4 kernel with vector code")
+
+
+def _head(vocab: int, hidden: int, bias: bool = False) -> nn.Linear:
+    torch.manual_seed(0)
+    head = nn.Linear(hidden, vocab, bias=bias)
+    head.weight.data.normal_(0, 0.5)
+    return head
+
+
+@needs_int4_kernel
+def test_the_pick_is_the_int8_heads_argmax():
+    head = _head(1024, 128)
+    int8 = Int8Linear(head, torch.bfloat16)
+    shortlist = shortlist_head(head, int8, torch.bfloat16, "float", vocab_size=1000)
+    assert shortlist is not None
+    hidden = torch.randn(64, 128)
+    # The int8 head's logits in float64 over the vocabulary (padding rows past 1000 never win).
+    exact = (int8.qweight.double() @ hidden.double().t()).t() * int8.scales.double()
+    expected = exact[:, :1000].argmax(dim=-1).tolist()
+    assert shortlist.argmax(hidden) == expected
+
+
+@needs_int4_kernel
+def test_it_stands_aside_where_it_cannot_apply():
+    head = _head(256, 64)
+    int8 = Int8Linear(head, torch.bfloat16)
+    assert shortlist_head(head, int8, torch.bfloat16, "float", 256) is not None
+    assert shortlist_head(_head(256, 64, bias=True), int8, torch.bfloat16, "float", 256) is None
+    assert shortlist_head(_head(250, 64), int8, torch.bfloat16, "float", 250) is None  # 250 rows: not whole panels
+    assert shortlist_head(head, head, torch.bfloat16, "float", 256) is None  # no int8 copy to rescore on
+
+
+@needs_int4_kernel
+def test_self_int4_drafts_greedy_rows_from_the_shortlist_and_sampled_rows_from_the_int8_head():
+    config = EngineConfig(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu", max_model_len=96,
+                          speculative_config={"method": "self-int4", "num_speculative_tokens": 3, "adaptive": False})
+    engine = LLMEngine(config)
+    twin = engine.core.drafting.proposer.draft
+    calls = {"shortlist": 0, "logits": 0}
+    shortlist_argmax, compute_logits = twin.shortlist_head.argmax, twin.compute_logits
+
+    def counted(name, fn):
+        def call(*args):
+            calls[name] += 1
+            return fn(*args)
+        return call
+
+    twin.shortlist_head.argmax = counted("shortlist", shortlist_argmax)
+    twin.compute_logits = counted("logits", compute_logits)
+    engine.generate([[5, 6, 7, 8]], SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    assert calls["shortlist"] > 0 and calls["logits"] == 0
+    calls.update(shortlist=0, logits=0)
+    engine.generate([[5, 6, 7, 8]], SamplingParams(max_tokens=12, temperature=1.0, seed=3, ignore_eos=True))
+    assert calls["logits"] > 0 and calls["shortlist"] == 0
+
+
+def test_no_shortlist_without_the_cpp_int4_kernel(monkeypatch):
+    import tokenmill.kernels.int4_linear as int4_linear
+
+    monkeypatch.setattr(int4_linear, "_vector_int4_kernels", lambda: None)
+    core = EngineCore(EngineConfig(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu",
+                                   max_model_len=96, int4_activations="float",
+                                   speculative_config={"method": "self-int4", "num_speculative_tokens": 2}))
+    assert core.drafting.proposer.draft.shortlist_head is None
