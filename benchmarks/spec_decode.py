@@ -7,7 +7,8 @@ SingleStream runs), on the embedded model unless ``--model`` says otherwise:
 - open: questions with nothing to copy, where drafting can only cost;
 - code: code editing (type hints, renames, docstrings, small fixes to a given
   function), the natural workload of a coder model and its draft.
-For each: output tok/s over the decode phase (first token excluded), whether
+For each: output tok/s over the decode phase (first token excluded; best of the
+rounds, and the median over rounds of each round's speed-up), whether
 the token ids equal the run without drafts, drafts accepted / verified, and the
 mean tokens a verification step appends.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -165,8 +167,12 @@ def main(argv=None) -> None:
         accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
         steps = after.spec_verifications - before.spec_verifications
         best = {k: max(v) for k, v in rates.items()}
+        # Each round's spec run over the plain run just before it (the two nearest in time, where this
+        # VM's speed drifts by tens of percent over minutes), the median over rounds.
+        round_ratios = [s / p for s, p in zip(rates["spec"], rates["plain"])]
         report[name] = {"requests": len(prompts), "plain_decode_tok_s": rates["plain"],
                         "spec_decode_tok_s": rates["spec"], "speedup_of_best": best["spec"] / best["plain"],
+                        "speedup_median_of_rounds": statistics.median(round_ratios),
                         "identical_outputs": base["outputs"] == fast["outputs"],
                         "acceptance_rate": accepted / drafts if drafts else None,
                         "mean_tokens_per_verification": (accepted + steps) / steps if steps else None}
@@ -174,7 +180,8 @@ def main(argv=None) -> None:
             report[name]["int4_decode_tok_s"] = rates["int4"]
         r = report[name]
         print(f"{name:9} plain {best['plain']:6.1f} tok/s  spec {best['spec']:6.1f} tok/s  "
-              f"{r['speedup_of_best']:.2f}x  identical outputs: {r['identical_outputs']}  "
+              f"{r['speedup_of_best']:.2f}x (median of rounds {r['speedup_median_of_rounds']:.2f}x)  "
+              f"identical outputs: {r['identical_outputs']}  "
               f"acceptance {r['acceptance_rate'] or 0:.0%}  tokens/verification "
               f"{r['mean_tokens_per_verification'] or 0:.2f}"
               + (f"  (int4 alone {best['int4']:6.1f} tok/s)" if int4 else ""), flush=True)

@@ -129,17 +129,17 @@ def test_int4_layers_follow_the_activations_setting():
         EngineConfig(int4_activations="int3")
 
 
-def test_auto_activations_are_int8_only_for_drafts_on_vnni_cpus():
+def test_auto_activations_are_int8_only_for_the_self_int4_twin_on_vnni_cpus():
     from tokenmill.kernels.int4_linear import resolve_int4_activations
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     vnni = kernels.int4_linear_isa() == "avx512-vnni"
-    assert resolve_int4_activations("auto", cpu, draft=True) == ("int8" if vnni else "float")
-    assert resolve_int4_activations("auto", cpu, draft=False) == "float"  # the served model stays weight-only
-    assert resolve_int4_activations("auto", cuda, draft=True) == "float"
+    assert resolve_int4_activations("auto", cpu, self_int4_draft=True) == ("int8" if vnni else "float")
+    assert resolve_int4_activations("auto", cpu, self_int4_draft=False) == "float"  # served model, int4 draft_model
+    assert resolve_int4_activations("auto", cuda, self_int4_draft=True) == "float"
     for setting in ("float", "int8"):  # an explicit setting stands, for drafts and served layers alike
-        assert resolve_int4_activations(setting, cpu, draft=True) == setting
-        assert resolve_int4_activations(setting, cpu, draft=False) == setting
+        assert resolve_int4_activations(setting, cpu, self_int4_draft=True) == setting
+        assert resolve_int4_activations(setting, cpu, self_int4_draft=False) == setting
 
 
 def test_an_int4_layer_deep_copies_and_computes_the_same():

@@ -49,10 +49,10 @@ class EngineConfig:
     quantized to int8 per group of 32 for the int4 x int8 dot products of
     AVX512-VNNI (as llama.cpp does for its Q4 formats): faster batch-1 decode,
     a measurable quality cost; needs the C++ kernels built with AVX512-VNNI.
-    Both measured in docs/PERFORMANCE.md ("int4 kernel"). auto: float for the
-    served model's layers; int8 for a draft's where the kernels have VNNI
-    (drafts are verified, so the rounding costs acceptance, never output:
-    kernels/int4_linear.py ``resolve_int4_activations``)."""
+    Both measured in docs/PERFORMANCE.md ("int4 kernel"). auto: int8 for
+    self-int4's draft twin where the kernels have VNNI (drafts are verified, so
+    the rounding costs acceptance, never output), float for everything else
+    (kernels/int4_linear.py ``resolve_int4_activations``)."""
     attention_backend: str = "auto"
     """Attention: auto | cpp | torch. cpp is a C++ kernel reading KV blocks in
     place, every token of a step (decode or prefill) one query row over its

@@ -102,7 +102,7 @@ class EngineCore:
         self.linear_backend = swap_linears(self.model, config.quantization, config.linear_backend,
                                            linear_backend, invariant_kernels, self.int4_dense_prefill,
                                            resolve_int4_activations(config.int4_activations, self.device,
-                                                                    draft=False))
+                                                                    self_int4_draft=False))
         """What runs the linears: mixed | panels | onednn | torch | invariant | int8 | int4."""
         self.config = self._resolve_limits(config, loaded.name if config.model else EMBEDDED_NAME,
                                            extra_kv_bytes_per_token(spec, self.model, draft_model, self.dtype)
@@ -171,11 +171,11 @@ class EngineCore:
         draft = make_draft_model(spec, self.model, config.quantization, tokenizer_source=self.tokenizer_source,
                                  device=self.device, dtype=self.dtype, seed=config.seed,
                                  int4_activations=resolve_int4_activations(config.int4_activations, self.device,
-                                                                           draft=True))
+                                                                           self_int4_draft=True))
         if spec.method == "draft_model":
             swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
                          None, spec.quantization == "int4" and dense_copy_fits(draft),
-                         resolve_int4_activations(config.int4_activations, self.device, draft=True))
+                         resolve_int4_activations(config.int4_activations, self.device, self_int4_draft=False))
         return draft
 
     def _resolve_limits(self, config: EngineConfig, name: str, extra_bytes_per_token: int) -> EngineConfig:

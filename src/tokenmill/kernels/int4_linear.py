@@ -187,16 +187,17 @@ class Int4Linear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-def resolve_int4_activations(setting: str, device: torch.device, draft: bool) -> str:
+def resolve_int4_activations(setting: str, device: torch.device, self_int4_draft: bool) -> str:
     """EngineConfig.int4_activations for one model's int4 layers: ``auto`` is
-    int8 for a draft model (self-int4's twin, an int4 draft_model) on a CPU
-    whose C++ int4 kernel has AVX512-VNNI (its drafts are verified at full
-    precision: the activations' rounding can only cost acceptance; on a Xeon
-    with AMX it made a self-int4 draft pass ~1.2x faster, docs/PERFORMANCE.md),
-    float otherwise; float and int8 stand as given."""
+    int8 for self-int4's twin on a CPU whose C++ int4 kernel has AVX512-VNNI
+    (its drafts are verified at full precision, so the activations' rounding can
+    only cost acceptance; on a Xeon with AMX it made the embedded model's draft
+    pass ~1.2x faster, docs/PERFORMANCE.md), float otherwise (the served model;
+    an int4 draft_model, not measured with int8 ones); float and int8 stand as
+    given."""
     if setting != "auto":
         return setting
-    if not draft or device.type != "cpu":
+    if not self_int4_draft or device.type != "cpu":
         return "float"
     kernels = _vector_int4_kernels()
     return "int8" if kernels is not None and kernels.int4_linear_isa() == "avx512-vnni" else "float"
