@@ -1,6 +1,7 @@
 """spec/shortlist_head.py: a draft's greedy pick from an int4 copy of its LM
-head, rescored on the int8 head's rows; self-int4 drafts greedy rows with it
-and sampled rows from the int8 head's whole distribution."""
+head, rescored on another head's rows (the int8 head's, or the target's own);
+self-int4 drafts greedy rows with it and sampled rows from the int8 head's
+whole distribution."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from torch import nn
 from tokenmill.config import EngineConfig
 from tokenmill.engine.core import EngineCore
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.engine.exact_head import ExactHead
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.sampling_params import SamplingParams
@@ -42,6 +44,16 @@ def test_the_pick_is_the_int8_heads_argmax():
 
 
 @needs_int4_kernel
+def test_rescored_on_the_full_precision_head_the_pick_is_its_argmax():
+    head = _head(1024, 128)
+    shortlist = shortlist_head(head, Int8Linear(head, torch.bfloat16), torch.bfloat16, "float", vocab_size=1024)
+    shortlist.rescore_on(ExactHead.of_linear(head))
+    hidden = torch.randn(64, 128)
+    expected = (hidden.double() @ head.weight.double().t()).argmax(dim=-1).tolist()
+    assert shortlist.argmax(hidden) == expected
+
+
+@needs_int4_kernel
 def test_it_stands_aside_where_it_cannot_apply():
     head = _head(256, 64)
     int8 = Int8Linear(head, torch.bfloat16)
@@ -57,6 +69,7 @@ def test_self_int4_drafts_greedy_rows_from_the_shortlist_and_sampled_rows_from_t
                           speculative_config={"method": "self-int4", "num_speculative_tokens": 3, "adaptive": False})
     engine = LLMEngine(config)
     twin = engine.core.drafting.proposer.draft
+    assert twin.shortlist_head.rows is engine.core.exact_head  # rescored on the target's own head
     calls = {"shortlist": 0, "logits": 0}
     shortlist_argmax, compute_logits = twin.shortlist_head.argmax, twin.compute_logits
 

@@ -130,6 +130,9 @@ class EngineCore:
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
                                row_by_row=c.deterministic)
         self.exact_head = self.model.exact_head()  # after every swap of the LM head above
+        shortlist = getattr(draft_model, "shortlist_head", None)
+        if shortlist is not None:  # self-int4's greedy drafts: rescored on the target's own head
+            shortlist.rescore_on(self.exact_head)
         self._init_counters()
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.structured = StructuredOutputs(self.tokenizer_source, self.arch.vocab_size)

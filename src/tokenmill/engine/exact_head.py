@@ -48,6 +48,16 @@ class ExactHead:
         out = w @ x.float()
         return out if self.bias is None else out + self.bias[columns].float()
 
+    def row_columns(self, hidden: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+        """``columns`` for a batch: hidden [B, H], columns [B, k] long -> float32
+        [B, k], row b's logits at columns[b] (spec/shortlist_head.py rescores with it)."""
+        w = self.weight[columns].float()  # [B, k, H]
+        if self.scales is not None:
+            w = w * self.scales[columns].float()[..., None]
+        x = hidden if self.input_dtype is None else hidden.to(self.input_dtype)
+        out = torch.bmm(w, x.float().unsqueeze(-1)).squeeze(-1)
+        return out if self.bias is None else out + self.bias[columns].float()
+
 
 @dataclass(frozen=True)
 class ExactLogits:

@@ -3,50 +3,56 @@
 A batch-1 draft pass reads every weight once, so its time is bytes over memory
 bandwidth, and the LM head is a large share of them: the embedded model's int8
 head (49,152 x 576) is 28 MB of a self-int4 pass's ~94 MB. A greedy draft
-needs only the head's argmax, not its logits, so the head is read twice as
-cheaply: an int4 copy (groups of 32, kernels/int4_linear.py: 18 MB with its
-scales) scores every token, and the ``candidates`` best of those are scored
-again on the int8 head's own rows (a few KB), whose best is the draft. The
-pick is the int8 head's argmax unless that token is not among the int4 copy's
-top candidates, or the two are within rounding of each other (the rescoring
-multiplies float32 activations, the int8 head bf16 ones).
+needs only an argmax, not the logits, so the head is read more cheaply: an int4
+copy (groups of 32, kernels/int4_linear.py: 18 MB with its scales) scores every
+token, and its ``candidates`` best are scored again, exactly, on the rows of
+the target model's own head (``rescore_on``; the draft's int8 head until the
+engine hands the target's over), a few KB; their best is the draft. So the pick
+is the argmax the target's head would give the draft's hidden state, unless
+that token is not among the int4 copy's top candidates.
 
 Sampled drafts (spec/draft_sampling.py) need the whole distribution and still
 read the int8 head.
 """
-
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from tokenmill.engine.exact_head import ExactHead
 from tokenmill.kernels.int4_linear import Int4Linear, supports_int4
 from tokenmill.kernels.int8_linear import Int8Linear
 
 CANDIDATES = 16
 """Tokens rescored per row. On the embedded model's benchmark prompts
-(benchmarks/spec_decode.py) the pick was the int8 head's argmax in 319 of 319
-grounded drafts and 611 of 616 open ones (4 candidates: 318/318, 605/612)."""
+(benchmarks/spec_decode.py), rescored on the target's bf16 head, the pick was
+that head's argmax over the whole vocabulary in 302 of 302 grounded drafts and
+216 of 216 open ones."""
 
 
 class ShortlistHead:
     def __init__(self, head: nn.Linear, int8_head: Int8Linear, compute_dtype: torch.dtype, activations: str,
                  vocab_size: int, candidates: int = CANDIDATES):
         """head: the full-precision LM head (before quantization); int8_head: the
-        draft's int8 copy of it, whose rows rescore; activations: the int4
-        copy's (EngineConfig.int4_activations, resolved)."""
+        draft's int8 copy of it, whose rows rescore until ``rescore_on``;
+        activations: the int4 copy's (EngineConfig.int4_activations, resolved)."""
         self.int4 = Int4Linear(head, compute_dtype, activations=activations)
-        self.qweight, self.scales = int8_head.qweight, int8_head.scales  # [V, H] int8, [V]
+        self.rows = ExactHead.of_linear(int8_head)
+        """The head whose rows rescore the candidates (``rescore_on``)."""
         self.vocab_size = vocab_size
         self.candidates = min(candidates, vocab_size)
+
+    def rescore_on(self, head: ExactHead) -> None:
+        """Rescore on ``head``'s rows (the engine hands over the target's own, which it
+        keeps for the sampler's tie rule anyway: no bytes added)."""
+        self.rows = head
 
     @torch.inference_mode()
     def argmax(self, hidden: torch.Tensor) -> list[int]:
         """hidden [B, H] -> each row's greedy token id (see the module docstring)."""
         approx = self.int4(hidden)[:, :self.vocab_size]  # [B, V]
         cand = approx.topk(self.candidates, dim=-1).indices  # [B, C]
-        rows = self.qweight[cand].float()  # [B, C, H]
-        exact = torch.bmm(rows, hidden.float().unsqueeze(-1)).squeeze(-1) * self.scales[cand].float()  # [B, C]
+        exact = self.rows.row_columns(hidden, cand)  # [B, C] float32
         return cand.gather(1, exact.argmax(dim=-1, keepdim=True)).squeeze(1).tolist()
 
 
