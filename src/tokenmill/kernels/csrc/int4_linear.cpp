@@ -61,8 +61,8 @@ constexpr int64_t kWordK = 8;   // codes per int32 word
 constexpr int kMaxPanels = 4;   // panels per block
 constexpr int64_t kGroupWords = kGroup / kWordK;  // 4 words per lane per group
 // Software prefetch distance, in groups of the block's stream (3 groups of 4 panels: 3.75 KB; 1, 6
-// and 12 groups measured no better in an ad hoc A/B, with float32 scales). Prefetches past the end of the tensor are
-// harmless hints.
+// and 12 groups measured no better in an ad hoc A/B, with float32 scales then). Prefetches past the
+// end of the tensor are harmless hints.
 constexpr int64_t kPrefetchGroups = 3;
 
 // Per (block, group): 80 int32 per panel (64 code words, then 16 bf16 scales and 16 bf16 zeros).
