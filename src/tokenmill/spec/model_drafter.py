@@ -16,7 +16,8 @@ A step: each request's blocks grow to hold its pending token and its drafts
 drafts nothing this step), then up to k passes of one row per request, each
 row's draft picked by spec/draft_sampling.py (the argmax, or for sampled
 requests a draw from the twin's distribution, which goes with the draft to
-the rejection rule).
+the rejection rule). A pass whose every row drafts an argmax reads the twin's
+shortlist head instead of its int8 head (spec/shortlist_head.py).
 """
 
 from __future__ import annotations
