@@ -233,6 +233,11 @@ def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
     precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
     if precision is None:
         raise ValueError(f"--dtype: calibrate measures float32 or bfloat16, got {dtype}")
+    # The served steps first: after measure_peaks' large parallel ops on this (the event loop's) thread,
+    # the engine's steps on its own thread measured 1.7-2.2x slower on a 2-core AMX Xeon (19.0 ms at
+    # batch 1 before, 33.1-41.3 ms after); `tokenmill serve` and `bench` run no such ops.
+    batches = DECODE_BATCHES + ((128,) if dev.type == "cuda" else ())
+    points = measure_served_steps(served, batches)
     bw, flops = measure_peaks(dtype, dev)
     what = f"{model or EMBEDDED_NAME} in {precision}"
     if dev.type == "cuda":
@@ -251,8 +256,6 @@ def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
                     interconnect_bw=interconnect, scale_up_size=1, scale_out_bw=1e9, default_precision=precision,
                     price_per_hour=price,
                     sources=(f"tokenmill sim calibrate, {time.strftime('%Y-%m-%d')}: {source}",))
-    batches = DECODE_BATCHES + ((128,) if dev.type == "cuda" else ())
-    points = measure_served_steps(served, batches)
     runner = engine.core.runner
     graphs = runner.decode_graphs is not None
     max_rows = runner.decode_graphs.batch_sizes[-1] if graphs and runner.graph_multi_token_runs else None
