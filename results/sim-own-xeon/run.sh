@@ -1,8 +1,10 @@
 #!/bin/bash
 # Own-engine sim check on this machine: calibrate, then measure Offline / SingleStream, then simulate.
+# Usage: bash results/sim-own-xeon/run.sh [OUTPUT_DIR]   (default results/sim-own-xeon)
 set -x
 cd /work/main
-R=results/sim-own-xeon
+R=${1:-results/sim-own-xeon}
+mkdir -p $R
 TM=.venv/bin/tokenmill
 $TM sim calibrate > $R/calibrate.txt 2>&1
 COMMON="--workload synthetic --input-len 128 --output-len 128 --length-dist fixed --no-progress --no-plots"
@@ -11,5 +13,5 @@ $TM bench $COMMON --scenario singlestream --min-duration 60 --min-query-count 10
 SIM="--hardware this-machine --model smollm2-135m --precision bf16 --isl 128 --osl 128 --max-num-seqs 128 --max-num-batched-tokens 1024"
 $TM sim $SIM --scenario offline --num-requests 256 > $R/sim-offline.txt 2>&1
 $TM sim $SIM --scenario singlestream > $R/sim-single.txt 2>&1
-$TM sim --replay $R/offline/results.json --hardware this-machine --model smollm2-135m --precision bf16 --max-num-seqs 128 --max-num-batched-tokens 1024 > $R/replay-offline.txt 2>&1
+$TM sim --replay $R/offline/offline-tokenmill-engine/results.json --hardware this-machine --model smollm2-135m --precision bf16 --max-num-seqs 128 --max-num-batched-tokens 1024 > $R/replay-offline.txt 2>&1
 echo done > $R/DONE
