@@ -127,6 +127,43 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def measure_workload(name: str, prompts: list[list[int]], plain: LLMEngine, spec: LLMEngine,
+                     int4: LLMEngine | None, args: argparse.Namespace) -> dict:
+    """``args.rounds`` alternating rounds of plain, speculative (and int4) runs of
+    ``prompts``; prints one line and returns the workload's figures."""
+    rates = {"plain": [], "spec": []} | ({"int4": []} if int4 else {})
+    before = spec.stats()
+    for _ in range(args.rounds):
+        base, fast = run(plain, prompts, args.max_tokens, drafts=False), run(spec, prompts, args.max_tokens)
+        rates["plain"].append(base["decode_tok_s"])
+        rates["spec"].append(fast["decode_tok_s"])
+        if int4:
+            rates["int4"].append(run(int4, prompts, args.max_tokens)["decode_tok_s"])
+    after = spec.stats()
+    drafts = after.spec_draft_tokens - before.spec_draft_tokens
+    accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
+    steps = after.spec_verifications - before.spec_verifications
+    best = {k: max(v) for k, v in rates.items()}
+    # Each round's spec run over the plain run just before it (the two nearest in time, where this
+    # VM's speed drifts by tens of percent over minutes), the median over rounds.
+    round_ratios = [s / p for s, p in zip(rates["spec"], rates["plain"])]
+    r = {"requests": len(prompts), "plain_decode_tok_s": rates["plain"],
+         "spec_decode_tok_s": rates["spec"], "speedup_of_best": best["spec"] / best["plain"],
+         "speedup_median_of_rounds": statistics.median(round_ratios),
+         "identical_outputs": base["outputs"] == fast["outputs"],
+         "acceptance_rate": accepted / drafts if drafts else None,
+         "mean_tokens_per_verification": (accepted + steps) / steps if steps else None}
+    if int4:
+        r["int4_decode_tok_s"] = rates["int4"]
+    print(f"{name:9} plain {best['plain']:6.1f} tok/s  spec {best['spec']:6.1f} tok/s  "
+          f"{r['speedup_of_best']:.2f}x (median of rounds {r['speedup_median_of_rounds']:.2f}x)  "
+          f"identical outputs: {r['identical_outputs']}  "
+          f"acceptance {r['acceptance_rate'] or 0:.0%}  tokens/verification "
+          f"{r['mean_tokens_per_verification'] or 0:.2f}"
+          + (f"  (int4 alone {best['int4']:6.1f} tok/s)" if int4 else ""), flush=True)
+    return r
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     workloads = args.workloads.split(",")
@@ -152,39 +189,7 @@ def main(argv=None) -> None:
     run(spec, [chat(OPEN[0])], 8)
     int4 = LLMEngine(EngineConfig(**common | {"quantization": "int4"})) if args.int4_reference else None
     for name in workloads:
-        texts = WORKLOADS[name]
-        prompts = [chat(t) for t in texts]
-        rates = {"plain": [], "spec": []} | ({"int4": []} if int4 else {})
-        before = spec.stats()
-        for _ in range(args.rounds):
-            base, fast = run(plain, prompts, args.max_tokens, drafts=False), run(spec, prompts, args.max_tokens)
-            rates["plain"].append(base["decode_tok_s"])
-            rates["spec"].append(fast["decode_tok_s"])
-            if int4:
-                rates["int4"].append(run(int4, prompts, args.max_tokens)["decode_tok_s"])
-        after = spec.stats()
-        drafts = after.spec_draft_tokens - before.spec_draft_tokens
-        accepted = after.spec_accepted_tokens - before.spec_accepted_tokens
-        steps = after.spec_verifications - before.spec_verifications
-        best = {k: max(v) for k, v in rates.items()}
-        # Each round's spec run over the plain run just before it (the two nearest in time, where this
-        # VM's speed drifts by tens of percent over minutes), the median over rounds.
-        round_ratios = [s / p for s, p in zip(rates["spec"], rates["plain"])]
-        report[name] = {"requests": len(prompts), "plain_decode_tok_s": rates["plain"],
-                        "spec_decode_tok_s": rates["spec"], "speedup_of_best": best["spec"] / best["plain"],
-                        "speedup_median_of_rounds": statistics.median(round_ratios),
-                        "identical_outputs": base["outputs"] == fast["outputs"],
-                        "acceptance_rate": accepted / drafts if drafts else None,
-                        "mean_tokens_per_verification": (accepted + steps) / steps if steps else None}
-        if int4:
-            report[name]["int4_decode_tok_s"] = rates["int4"]
-        r = report[name]
-        print(f"{name:9} plain {best['plain']:6.1f} tok/s  spec {best['spec']:6.1f} tok/s  "
-              f"{r['speedup_of_best']:.2f}x (median of rounds {r['speedup_median_of_rounds']:.2f}x)  "
-              f"identical outputs: {r['identical_outputs']}  "
-              f"acceptance {r['acceptance_rate'] or 0:.0%}  tokens/verification "
-              f"{r['mean_tokens_per_verification'] or 0:.2f}"
-              + (f"  (int4 alone {best['int4']:6.1f} tok/s)" if int4 else ""), flush=True)
+        report[name] = measure_workload(name, [chat(t) for t in WORKLOADS[name]], plain, spec, int4, args)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2))

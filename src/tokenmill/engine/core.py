@@ -130,19 +130,23 @@ class EngineCore:
         self.sampler = Sampler(self.arch.vocab_size, seed=c.seed, argmax=self.model.ops.argmax,
                                row_by_row=c.deterministic)
         self.exact_head = self.model.exact_head()  # after every swap of the LM head above
-        shortlist = getattr(draft_model, "shortlist_head", None)
-        if shortlist is not None:  # self-int4's greedy drafts: rescored on the target's own head
-            shortlist.rescore_on(self.exact_head)
         self._init_counters()
         self._publish_events = False  # drain KV events into every step's outputs (after subscribe_kv_events)
         self.structured = StructuredOutputs(self.tokenizer_source, self.arch.vocab_size)
         """Grammar matchers of constrained requests (structured outputs)."""
-        proposer = make_proposer(spec, self.model, draft_model, self.runner, self.kv, c.seed) if spec else None
-        self.drafting = Drafting(spec, proposer) if spec else None
+        self.drafting = self._make_drafting(spec, draft_model) if spec else None
         """Speculative decoding (spec/drafting.py), or None."""
         if graph_sizes:  # last: the capture sees every buffer the steps will use
             self.runner.capture_decode_graphs(graph_sizes, c.max_model_len,
                                               multi_token_runs=c.cuda_graph_mode == "full")
+
+    def _make_drafting(self, spec: SpeculativeConfig, draft_model: nn.Module | None) -> Drafting:
+        """The method's proposer over this engine's runner and cache. self-int4's
+        greedy drafts are rescored on the target's own head (spec/shortlist_head.py)."""
+        shortlist = getattr(draft_model, "shortlist_head", None)
+        if shortlist is not None:
+            shortlist.rescore_on(self.exact_head)
+        return Drafting(spec, make_proposer(spec, self.model, draft_model, self.runner, self.kv, self.config.seed))
 
     def _set_native_decoders(self, draft_model: nn.Module | None) -> None:
         """The decoder layers in one C++ call per step (kernels/native_decoder.py), for

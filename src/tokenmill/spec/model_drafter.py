@@ -78,6 +78,7 @@ class ModelDrafter:
         # Blocks for the pending token and `limit` drafts after it, or no drafts.
         active = [i for i, (req, limit) in enumerate(zip(requests, limits))
                   if limit > 0 and self.kv.allocate(req, 1 + limit)]
+        shortlist = getattr(self.draft, "shortlist_head", None)
         for step in range(max((limits[i] for i in active), default=0)):
             rows = [i for i in active if limits[i] > step]
             reqs = [requests[i] for i in rows]
@@ -85,7 +86,6 @@ class ModelDrafter:
                 self.draft, [drafts[i][-1] if step else requests[i].token_ids[-1] for i in rows],
                 [r.num_computed_tokens + step for r in reqs],
                 [self.kv.block_table(r.request_id) for r in reqs])
-            shortlist = getattr(self.draft, "shortlist_head", None)
             if shortlist is not None and self.sampler.argmax_only(reqs):
                 self.sampler.append(shortlist.argmax(hidden), rows, drafts, probs)
             else:
