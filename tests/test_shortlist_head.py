@@ -16,7 +16,7 @@ from tokenmill.engine.exact_head import ExactHead
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
 from tokenmill.kernels.int8_linear import Int8Linear
 from tokenmill.sampling_params import SamplingParams
-from tokenmill.spec.shortlist_head import shortlist_head
+from tokenmill.spec.shortlist_head import MAX_EXTRAS, shortlist_head
 
 kernels = load_cpu_kernels()
 needs_int4_kernel = pytest.mark.skipif(kernels is None or kernels.int4_linear_isa() == "portable",
@@ -51,6 +51,64 @@ def test_rescored_on_the_full_precision_head_the_pick_is_its_argmax():
     hidden = torch.randn(64, 128)
     expected = (hidden.double() @ head.weight.double().t()).argmax(dim=-1).tolist()
     assert shortlist.argmax(hidden) == expected
+
+
+@needs_int4_kernel
+def test_a_trimmed_head_scores_the_first_ids_and_the_requests_own_rarer_ones():
+    head = _head(1024, 128)
+    shortlist = shortlist_head(head, Int8Linear(head, torch.bfloat16), torch.bfloat16, "float", vocab_size=1000,
+                               scored_vocab=250)
+    assert shortlist.scored_vocab == 256  # rounded up to whole panels of 16
+    assert shortlist.int4.out_features == 256  # the int4 copy holds those rows only
+    shortlist.rescore_on(ExactHead.of_linear(head))
+    hidden = torch.randn(64, 128)
+    logits = hidden.double() @ head.weight.double().t()  # [64, 1024]
+    best = logits[:, :1000].argmax(dim=-1)
+    rare = [i for i in range(64) if best[i] >= 256]
+    assert rare  # random rows: most argmaxes lie past the first 256 ids
+    # Without extras: the best of the first 256 ids; with the row's own argmax among its extras: that.
+    assert shortlist.argmax(hidden) == logits[:, :256].argmax(dim=-1).tolist()
+    extras = [[int(best[i]), 999] if i % 2 else [] for i in range(64)]  # ragged rows, padded inside
+    expected = [int(best[i]) if i % 2 else int(logits[i, :256].argmax()) for i in range(64)]
+    assert shortlist.argmax(hidden, extras) == expected
+
+
+@needs_int4_kernel
+def test_extras_are_the_unscored_context_ids_latest_first():
+    head = _head(1024, 128)
+    shortlist = shortlist_head(head, Int8Linear(head, torch.bfloat16), torch.bfloat16, "float", vocab_size=1000,
+                               scored_vocab=256)
+    # 5 and 255 are scored; 1000+ is padding past the vocabulary; repeats count once, at their latest.
+    assert shortlist.extras([5, 300, 255, 700, 300, 1010, 999]) == [999, 300, 700]
+    assert shortlist.extras(list(range(256, 1000))) == list(range(999, 999 - MAX_EXTRAS, -1))
+    whole = shortlist_head(head, Int8Linear(head, torch.bfloat16), torch.bfloat16, "float", vocab_size=1000,
+                           scored_vocab=None)
+    assert whole.scored_vocab == 1000 and whole.extras([300, 999]) == []
+
+
+@needs_int4_kernel
+def test_greedy_outputs_are_unchanged_by_a_trimmed_draft_head():
+    common = dict(model="dummy:tiny", load_format="dummy", dtype="float32", device="cpu", max_model_len=96)
+    spec = {"method": "self-int4", "num_speculative_tokens": 3, "adaptive": False, "draft_head_vocab": 32}
+    engine = LLMEngine(EngineConfig(**common, speculative_config=spec))
+    shortlist = engine.core.drafting.proposer.draft.shortlist_head
+    assert shortlist.scored_vocab == 32 < shortlist.vocab_size
+    seen = []
+    shortlist_argmax = shortlist.argmax
+
+    def recorded(hidden, extras=None):
+        seen.append(extras)
+        return shortlist_argmax(hidden, extras)
+
+    shortlist.argmax = recorded
+    prompts = [[5, 6, 7, 8, 40, 41, 5, 6], [90, 91, 92, 3, 90, 91]]
+    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    with_drafts = [o.token_ids for o in engine.generate(prompts, params)]
+    plain = LLMEngine(EngineConfig(**common))
+    assert with_drafts == [o.token_ids for o in plain.generate(prompts, params)]
+    # The context's ids from 32 up went along as extras (the prompts' 40, 41, 90, 91, 92 among them).
+    assert seen and all(e is not None for e in seen)
+    assert any({40, 41} <= set(row) or {90, 91, 92} <= set(row) for e in seen for row in e)
 
 
 @needs_int4_kernel

@@ -41,6 +41,8 @@ def test_lookup_takes_the_latest_occurrence_of_the_longest_suffix():
     ('{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5}', "prompt_lookup_min"),
     ('{"method": "ngram", "num_speculative_tokens": 2, "lookahead": 1}', "unknown field"),
     ('{"method": "ngram"}', "num_speculative_tokens"),
+    ('{"method": "self-int4", "num_speculative_tokens": 2, "draft_head_vocab": 0}', "draft_head_vocab"),
+    ('{"method": "self-int4", "num_speculative_tokens": 2, "draft_head_vocab": "all"}', "draft_head_vocab"),
     ("{method: ngram}", "not valid JSON"),
     ("[1, 2]", "JSON object"),
 ])

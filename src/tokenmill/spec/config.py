@@ -24,6 +24,9 @@ METHODS = ("ngram", "self-int4", "mtp", "draft_model")
 DRAFT_QUANTIZATIONS = ("int8", "int4")
 ACCEPTANCE_METHODS = ("rejection_sampler", "exact_match")
 MAX_SPECULATIVE_TOKENS = 16
+DRAFT_HEAD_VOCAB = 16384
+"""self-int4's default ``draft_head_vocab``: a third of the embedded model's head
+(docs/PERFORMANCE.md, "A third of the draft head")."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,11 @@ class SpeculativeConfig:
     """draft_model: the draft's GGUF file or HF directory (or ``dummy:<preset>``)."""
     quantization: str | None = None
     """draft_model: the draft's weights in int8 or int4 (kernels/quantize.py); None: as loaded."""
+    draft_head_vocab: int | None = DRAFT_HEAD_VOCAB
+    """self-int4: greedy drafts score only the first this-many token ids on an int4
+    copy of the LM head, plus the request's own rarer tokens, and rescore the best on
+    the target's head (spec/shortlist_head.py); null: the whole vocabulary. Outputs
+    never change; a smaller range reads fewer bytes per draft and misses more."""
     acceptance_method: str = "rejection_sampler"
     """Sampled requests (temperature > 0) of model drafters (self-int4,
     draft_model, mtp): ``rejection_sampler`` draws each draft from the draft
@@ -74,6 +82,11 @@ class SpeculativeConfig:
                              f"got {self.disable_by_batch_size!r}")
         if self.method == "draft_model" and not (isinstance(self.model, str) and self.model):
             raise ValueError("speculative_config.model: required with method draft_model (the draft's path)")
+        if self.draft_head_vocab is not None and (
+                isinstance(self.draft_head_vocab, bool) or not isinstance(self.draft_head_vocab, int)
+                or self.draft_head_vocab < 1):
+            raise ValueError(f"speculative_config.draft_head_vocab: must be a positive integer or null, "
+                             f"got {self.draft_head_vocab!r}")
         for name in ("model", "quantization"):
             if self.method != "draft_model" and getattr(self, name) is not None:
                 raise ValueError(f"speculative_config.{name}: only for method draft_model, not {self.method!r}")

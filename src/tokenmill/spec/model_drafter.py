@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from tokenmill.kernels.quantize import quantize_model
+from tokenmill.spec.config import DRAFT_HEAD_VOCAB
 from tokenmill.spec.draft_sampling import DraftSampler
 from tokenmill.spec.shortlist_head import shortlist_head
 
@@ -39,12 +40,13 @@ if TYPE_CHECKING:
     from tokenmill.engine.runner import ModelRunner
 
 
-def int4_twin(model: nn.Module, int4_activations: str = "float") -> nn.Module:
+def int4_twin(model: nn.Module, int4_activations: str = "float",
+              draft_head_vocab: int | None = DRAFT_HEAD_VOCAB) -> nn.Module:
     """A copy of ``model`` whose decoder linears are int4 (LM head int8) and
     which shares every other tensor with it; its ``shortlist_head``
-    (spec/shortlist_head.py) picks greedy drafts from an int4 copy of the head,
-    or is None. Call before the target's own linears are swapped for a backend
-    (they must still be nn.Linear)."""
+    (spec/shortlist_head.py) picks greedy drafts from an int4 copy of the head's
+    first ``draft_head_vocab`` rows (None: all), or is None. Call before the
+    target's own linears are swapped for a backend (they must still be nn.Linear)."""
     shared = {id(t): t for t in chain(model.parameters(), model.buffers())}
     ops = getattr(model, "ops", None)
     if ops is not None:
@@ -53,7 +55,7 @@ def int4_twin(model: nn.Module, int4_activations: str = "float") -> nn.Module:
     head = twin.lm_head
     quantize_model(twin, "int4", int4_activations=int4_activations)
     twin.shortlist_head = shortlist_head(head, twin.lm_head, torch.bfloat16, int4_activations,
-                                         twin.arch.vocab_size)
+                                         twin.arch.vocab_size, draft_head_vocab)
     return twin
 
 
@@ -79,6 +81,9 @@ class ModelDrafter:
         active = [i for i, (req, limit) in enumerate(zip(requests, limits))
                   if limit > 0 and self.kv.allocate(req, 1 + limit)]
         shortlist = getattr(self.draft, "shortlist_head", None)
+        extras = None
+        if shortlist is not None and active and self.sampler.argmax_only([requests[i] for i in active]):
+            extras = {i: shortlist.extras(requests[i].token_ids) for i in active}
         for step in range(max((limits[i] for i in active), default=0)):
             rows = [i for i in active if limits[i] > step]
             reqs = [requests[i] for i in rows]
@@ -86,8 +91,8 @@ class ModelDrafter:
                 self.draft, [drafts[i][-1] if step else requests[i].token_ids[-1] for i in rows],
                 [r.num_computed_tokens + step for r in reqs],
                 [self.kv.block_table(r.request_id) for r in reqs])
-            if shortlist is not None and self.sampler.argmax_only(reqs):
-                self.sampler.append(shortlist.argmax(hidden), rows, drafts, probs)
+            if extras is not None:
+                self.sampler.append(shortlist.argmax(hidden, [extras[i] for i in rows]), rows, drafts, probs)
             else:
                 self.sampler.extend(self.draft.compute_logits(hidden), self.draft.arch.vocab_size, requests, rows,
                                     drafts, probs)

@@ -60,7 +60,7 @@ def make_draft_model(config: SpeculativeConfig, target: nn.Module, quantization:
                              f"model; it cannot run with quantization {quantization!r}")
         from tokenmill.spec.model_drafter import int4_twin
 
-        return int4_twin(target, int4_activations)
+        return int4_twin(target, int4_activations, config.draft_head_vocab)
     if config.method == "mtp":
         from tokenmill.spec.mtp import check_has_mtp
 
