@@ -89,6 +89,46 @@ def test_odd_block_sizes_and_large_query_groups(kernel, d, block_size, hq, hkv):
     torch.testing.assert_close(out.double(), ref, atol=2e-5, rtol=2e-5)
 
 
+def chunk_rows(tables, runs):
+    """Rows as the engine lays out a prefill chunk or a draft verification: (sequence,
+    first context length, rows) per run -> that sequence's table repeated, lengths
+    first, first + 1, ... (each row one token further)."""
+    rows = [(tables[i], first + r) for i, first, n in runs for r in range(n)]
+    return torch.stack([t for t, _ in rows]), torch.tensor([n for _, n in rows], dtype=torch.long)
+
+
+# Runs of one sequence's consecutive rows share each K/V read (up to 4 rows at a time): a 1-row
+# decode, a 7-row verification split 4 + 3, a 10-row chunk crossing a block edge (contexts 14..23),
+# and another sequence's rows right after it (contexts 24..26), which must not join it: their
+# lengths continue the chunk's but their block tables differ.
+@pytest.mark.parametrize("d", [64, 128, 80])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_sequences_consecutive_rows_equal_each_row_alone(kernel, d, dtype):
+    block_size = 16
+    _, kc, vc, seq_tables, _ = random_case(4, 9, 3, d, block_size, [60, 60, 40, 40], dtype, seed=2)
+    tables, lens = chunk_rows(seq_tables, [(0, 30, 1), (1, 9, 7), (2, 14, 10), (3, 24, 3)])
+    q = torch.randn(len(lens), 9, d, generator=torch.Generator().manual_seed(3)).to(dtype)
+    out = kernel(q, kc, vc, tables, lens, block_size, d**-0.5)
+    alone = torch.cat([kernel(q[i:i + 1], kc, vc, tables[i:i + 1], lens[i:i + 1], block_size, d**-0.5)
+                       for i in range(len(lens))])
+    assert torch.equal(out, alone)  # bit for bit: each row's arithmetic is the same whatever its run
+    tol = 2e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.double(), reference(q, kc, vc, tables, lens, block_size, d**-0.5),
+                               atol=tol, rtol=tol)
+
+
+def test_rows_past_a_run_never_read_unwritten_slots(kernel):
+    # The run's rows read its longest row's blocks for their scores only; NaN in a slot
+    # past every row's context (a block's unwritten tail) must not reach any output.
+    block_size = 16
+    q, kc, vc, tables, _ = random_case(1, 4, 2, 64, block_size, [32], torch.float32, seed=4)
+    kc[tables[0, 1], :, 8:] = float("nan")  # slots 24..31 of the sequence
+    vc[tables[0, 1], :, 8:] = float("nan")
+    rows, lens = chunk_rows(tables, [(0, 20, 4)])  # contexts 20..23
+    out = kernel(q.expand(4, -1, -1).contiguous(), kc, vc, rows, lens, block_size, 0.125)
+    assert torch.isfinite(out).all()
+
+
 def test_softmax_is_stable_for_large_scores(kernel):
     # Scores ~ +-1e3: a naive exp overflows; the result must stay finite and exact.
     q, kc, vc, tables, ctx = random_case(2, 4, 2, 64, 16, [40, 9], torch.float32)

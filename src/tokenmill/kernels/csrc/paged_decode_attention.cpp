@@ -16,8 +16,13 @@
 // stride (equal for K and V), each (block, head) a contiguous [block_size, D] run.
 // Slot = block * block_size + offset: row `offset` of that block's run.
 // Query head h*G + g (G = Hq / Hkv) reads KV head h, as in grouped-query attention.
-// Work item = (sequence, KV head): its G query rows share every K/V row read
-// (the AVX-512 path reads and widens each row once for all G of them).
+// Work item = (run, KV head). A run is up to kRunRows consecutive rows of one
+// sequence (the same block table, context lengths L0, L0 + 1, ...: a prefill
+// chunk's or a draft verification's rows), else one row; its R x G query rows
+// share every K/V row read (the AVX-512 path reads and widens each row once for
+// all of them). Row r attends over its own L0 + r tokens only: each query row's
+// scores, softmax and output are computed as if it were alone (the same
+// operations in the same order), so results do not depend on the grouping.
 // Scores, softmax and the output accumulate in float32.
 #include "ops.h"
 #include "vec.h"
@@ -25,8 +30,10 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <type_traits>
+#include <atomic>
 #include <cmath>
+#include <type_traits>
+#include <utility>
 #include <limits>
 #include <vector>
 
@@ -185,25 +192,39 @@ inline void softmax_avx512(float* sg, int64_t L) {
         _mm512_mask_storeu_ps(sg + t, tail_mask(L - t), _mm512_mul_ps(_mm512_maskz_loadu_ps(tail_mask(L - t), sg + t), inv));
 }
 
-// Output rows of[g] = sum_t p[g, t] v_t for GN query rows at once (GN x NC accumulators
-// in registers): each V row is read and widened once for all of them.
+// Output rows of[g] = sum_{t < len[g]} p[g, t] v_t for GN query rows at once (GN x NC
+// accumulators in registers): each V row is read and widened once for all of them.
+// p rows are `stride` floats apart; the rows' lengths differ by at most a run's
+// rows, so the shared loop runs to the shortest and a short tail adds each row's
+// own last values (a row never reads past its own context).
 template <int NC, int GN, typename T>
-void weigh_values(const float* p, int64_t L, const T* vh, const int64_t* table, int64_t block_size,
-                  int64_t block_stride, float* of) {
+void weigh_values(const float* p, int64_t stride, const int64_t* len, const T* vh, const int64_t* table,
+                  int64_t block_size, int64_t block_stride, float* of) {
     constexpr int64_t D = 16 * NC;
     __m512 acc[GN][NC];
-    for (int g = 0; g < GN; ++g)
+    int64_t shortest = len[0], longest = len[0];
+    for (int g = 0; g < GN; ++g) {
+        shortest = std::min(shortest, len[g]), longest = std::max(longest, len[g]);
         for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_setzero_ps();
-    for (int64_t t0 = 0; t0 < L; t0 += block_size) {
+    }
+    for (int64_t t0 = 0; t0 < shortest; t0 += block_size) {
         const T* vb = vh + table[t0 / block_size] * block_stride;
-        const int64_t n = std::min(block_size, L - t0);
+        const int64_t n = std::min(block_size, shortest - t0);
         for (int64_t j = 0; j < n; ++j) {
             __m512 v[NC];
             for (int c = 0; c < NC; ++c) v[c] = load16(vb + j * D + 16 * c);
             for (int g = 0; g < GN; ++g) {
-                const __m512 w = _mm512_set1_ps(p[g * L + t0 + j]);
+                const __m512 w = _mm512_set1_ps(p[g * stride + t0 + j]);
                 for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(w, v[c], acc[g][c]);
             }
+        }
+    }
+    for (int64_t t = shortest; t < longest; ++t) {
+        const T* vt = vh + table[t / block_size] * block_stride + t % block_size * D;
+        for (int g = 0; g < GN; ++g) {
+            if (t >= len[g]) continue;
+            const __m512 w = _mm512_set1_ps(p[g * stride + t]);
+            for (int c = 0; c < NC; ++c) acc[g][c] = _mm512_fmadd_ps(w, load16(vt + 16 * c), acc[g][c]);
         }
     }
     for (int g = 0; g < GN; ++g)
@@ -215,23 +236,27 @@ template <int NC>
 constexpr int kValueRows = 16 / NC;
 
 template <int NC, typename T, int GN = 1>
-void weigh_values_dispatch(int gn, const float* p, int64_t L, const T* vh, const int64_t* table,
-                           int64_t block_size, int64_t block_stride, float* of) {
+void weigh_values_dispatch(int gn, const float* p, int64_t stride, const int64_t* len, const T* vh,
+                           const int64_t* table, int64_t block_size, int64_t block_stride, float* of) {
     if constexpr (GN <= kValueRows<NC>) {
-        if (gn == GN) return weigh_values<NC, GN>(p, L, vh, table, block_size, block_stride, of);
-        return weigh_values_dispatch<NC, T, GN + 1>(gn, p, L, vh, table, block_size, block_stride, of);
+        if (gn == GN) return weigh_values<NC, GN>(p, stride, len, vh, table, block_size, block_stride, of);
+        return weigh_values_dispatch<NC, T, GN + 1>(gn, p, stride, len, vh, table, block_size, block_stride, of);
     }
 }
 
+// Q = R x G query rows qf [Q, D], row q over len[q] tokens (len[q] <= L): scores over
+// all L for every row (a K row is read once for all), then each row's softmax and
+// values over its own len[q] only. scores: Q x L floats.
 template <int NC, typename T>
-void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L,
-                   int64_t G, int64_t block_size, int64_t block_stride, float* scores, float* of) {
+void attend_avx512(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, const int64_t* len,
+                   int64_t Q, int64_t block_size, int64_t block_stride, float* scores, float* of) {
     constexpr int64_t D = 16 * NC;
-    scores_avx512<NC>(qf, kh, vh, table, L, G, block_size, block_stride, scores);
-    for (int64_t g = 0; g < G; ++g) softmax_avx512(scores + g * L, L);
-    for (int64_t g0 = 0; g0 < G; g0 += kValueRows<NC>) {
-        const int gn = static_cast<int>(std::min<int64_t>(kValueRows<NC>, G - g0));
-        weigh_values_dispatch<NC, T>(gn, scores + g0 * L, L, vh, table, block_size, block_stride, of + g0 * D);
+    scores_avx512<NC>(qf, kh, vh, table, L, Q, block_size, block_stride, scores);
+    for (int64_t q = 0; q < Q; ++q) softmax_avx512(scores + q * L, len[q]);
+    for (int64_t q0 = 0; q0 < Q; q0 += kValueRows<NC>) {
+        const int qn = static_cast<int>(std::min<int64_t>(kValueRows<NC>, Q - q0));
+        weigh_values_dispatch<NC, T>(qn, scores + q0 * L, L, len + q0, vh, table, block_size, block_stride,
+                                     of + q0 * D);
     }
 }
 #endif
@@ -320,19 +345,28 @@ void attend_avx2(const float* qf, const T* kh, const T* vh, const int64_t* table
 #endif
 
 // The SIMD path where it applies (float32/bfloat16, head_dim 64 or 128; AVX-512, else
-// AVX2 + FMA); false otherwise.
+// AVX2 + FMA); false otherwise. R rows of G query rows each, qf [R * G, D]; len: each
+// query row's context (the G rows of one row share it), L: the longest.
 template <typename T>
-bool attend_fast(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, int64_t G,
-                 int64_t D, int64_t block_size, int64_t block_stride, float* scores, float* of) {
+bool attend_fast(const float* qf, const T* kh, const T* vh, const int64_t* table, int64_t L, const int64_t* len,
+                 int64_t R, int64_t G, int64_t D, int64_t block_size, int64_t block_stride, float* scores,
+                 float* of) {
 #if defined(__AVX512F__)
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, c10::BFloat16>) {
-        if (D == 64) return attend_avx512<4>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
-        if (D == 128) return attend_avx512<8>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
+        if (D == 64)
+            return attend_avx512<4>(qf, kh, vh, table, L, len, R * G, block_size, block_stride, scores, of), true;
+        if (D == 128)
+            return attend_avx512<8>(qf, kh, vh, table, L, len, R * G, block_size, block_stride, scores, of), true;
     }
 #elif defined(__AVX2__) && defined(__FMA__)
     if constexpr (tokenmill::has_vec8<T>) {
-        if (D == 64) return attend_avx2<8>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
-        if (D == 128) return attend_avx2<16>(qf, kh, vh, table, L, G, block_size, block_stride, scores, of), true;
+        if (D != 64 && D != 128) return false;
+        for (int64_t r = 0; r < R; ++r) {  // one row at a time: this path reads K/V per query row anyway
+            const int64_t o = r * G * D;
+            if (D == 64) attend_avx2<8>(qf + o, kh, vh, table, len[r * G], G, block_size, block_stride, scores, of + o);
+            else attend_avx2<16>(qf + o, kh, vh, table, len[r * G], G, block_size, block_stride, scores, of + o);
+        }
+        return true;
     }
 #endif
     return false;
@@ -344,27 +378,92 @@ struct CacheStrides {
     int64_t head;
 };
 
+// Rows per run at most: R x G query rows share each K/V row read. A longer stretch
+// of one sequence's rows is cut into near-equal runs, so that a batch-1
+// verification (5-8 rows) still gives every thread work.
+constexpr int64_t kRunRows = 4;
+
+// Splits the B rows into runs [first, end). Row e continues the stretch of rows
+// before it when lens[e] = lens[e - 1] + 1 and row e's block table agrees with the
+// stretch's first row's over every block row e reads (so that table serves them
+// all; in the engine they are one sequence's consecutive tokens). A row's softmax
+// and output use only its own context whatever the grouping (its scores past it,
+// taken with the run's longer rows, are dropped), so rows of different sequences
+// that share those blocks would still be exact.
+std::vector<std::pair<int64_t, int64_t>> split_runs(const int64_t* tables, const int64_t* lens, int64_t B,
+                                                    int64_t max_blocks, int64_t block_size) {
+    std::vector<std::pair<int64_t, int64_t>> runs;
+    for (int64_t b = 0; b < B;) {
+        int64_t end = b + 1;
+        while (end < B && lens[end] == lens[end - 1] + 1 &&
+               std::equal(tables + end * max_blocks,
+                          tables + end * max_blocks + (lens[end] + block_size - 1) / block_size,
+                          tables + b * max_blocks))
+            ++end;
+        const int64_t pieces = (end - b + kRunRows - 1) / kRunRows;
+        for (int64_t i = 0; i < pieces; ++i)  // near-equal runs: sizes differ by at most one row
+            runs.emplace_back(b + (end - b) * i / pieces, b + (end - b) * (i + 1) / pieces);
+        b = end;
+    }
+    return runs;
+}
+
+// One work item: the rows [first, last) of a run with one KV head.
+struct WorkItem {
+    int64_t first, last, head;
+};
+
+// Every (run, KV head), the dearest first (rows x longest context): the threads
+// take them in that order as they come free, so a long prefill run or context
+// does not leave one thread finishing alone while the other waits (the items'
+// costs differ by orders of magnitude in a mixed batch).
+std::vector<WorkItem> work_items(const std::vector<std::pair<int64_t, int64_t>>& runs, const int64_t* lens,
+                                 int64_t Hkv) {
+    std::vector<WorkItem> items;
+    items.reserve(runs.size() * Hkv);
+    for (const auto& [first, last] : runs)
+        for (int64_t h = 0; h < Hkv; ++h) items.push_back({first, last, h});
+    std::stable_sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) {
+        return (a.last - a.first) * lens[a.last - 1] > (b.last - b.first) * lens[b.last - 1];
+    });
+    return items;
+}
+
 template <typename T>
 void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int64_t* tables,
                       const int64_t* lens, T* out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
                       CacheStrides stride, int64_t max_blocks, int64_t block_size, float scale) {
     const int64_t G = Hq / Hkv;
     const int64_t longest = *std::max_element(lens, lens + B);
-    at::parallel_for(0, B * Hkv, 1, [&](int64_t begin, int64_t end) {
-        std::vector<float> qf(G * D), of(G * D), row(D), scores(G * longest);
-        for (int64_t w = begin; w < end; ++w) {
-            const int64_t b = w / Hkv, h = w % Hkv;
-            const T* qb = q + (b * Hq + h * G) * D;
-            for (int64_t i = 0; i < G * D; ++i) qf[i] = static_cast<float>(qb[i]) * scale;
+    const std::vector<WorkItem> items = work_items(split_runs(tables, lens, B, max_blocks, block_size), lens, Hkv);
+    const int64_t n = static_cast<int64_t>(items.size());
+    std::atomic<int64_t> next{0};
+    // One task per thread; each takes the next item until none is left. Where an item
+    // runs changes no result (each is computed whole by one thread).
+    at::parallel_for(0, std::min<int64_t>(n, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+        const int64_t Q = kRunRows * G;  // query rows of the largest run
+        std::vector<float> qf(Q * D), of(Q * D), row(D), scores(Q * longest);
+        std::vector<int64_t> len(Q);
+        for (int64_t w = next++; w < n; w = next++) {
+            const auto [first, last, h] = items[w];
+            const int64_t R = last - first;
+            for (int64_t r = 0; r < R; ++r) {
+                const T* qb = q + ((first + r) * Hq + h * G) * D;
+                for (int64_t i = 0; i < G * D; ++i) qf[r * G * D + i] = static_cast<float>(qb[i]) * scale;
+                std::fill(len.begin() + r * G, len.begin() + (r + 1) * G, lens[first + r]);
+            }
             const T* kh = k_cache + h * stride.head;
             const T* vh = v_cache + h * stride.head;
-            const int64_t* table = tables + b * max_blocks;
-            if (!attend_fast(qf.data(), kh, vh, table, lens[b], G, D, block_size, stride.block, scores.data(),
-                             of.data()))
-                attend_portable(qf.data(), kh, vh, table, lens[b], G, D, block_size, stride.block, scores.data(),
-                                row.data(), of.data());
-            T* o = out + (b * Hq + h * G) * D;
-            for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[i]);
+            const int64_t* table = tables + first * max_blocks;  // every row of a run reads the same table
+            if (!attend_fast(qf.data(), kh, vh, table, lens[last - 1], len.data(), R, G, D, block_size, stride.block,
+                             scores.data(), of.data()))
+                for (int64_t r = 0; r < R; ++r)
+                    attend_portable(qf.data() + r * G * D, kh, vh, table, lens[first + r], G, D, block_size,
+                                    stride.block, scores.data(), row.data(), of.data() + r * G * D);
+            for (int64_t r = 0; r < R; ++r) {
+                T* o = out + ((first + r) * Hq + h * G) * D;
+                for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[r * G * D + i]);
+            }
         }
     });
 }
