@@ -30,11 +30,11 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <type_traits>
 #include <utility>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 namespace {
@@ -379,8 +379,9 @@ struct CacheStrides {
 };
 
 // Rows per run at most: R x G query rows share each K/V row read. A longer stretch
-// of one sequence's rows is cut into near-equal runs, so that a batch-1
-// verification (5-8 rows) still gives every thread work.
+// of one sequence's rows is cut into near-equal runs, and a short one into at least
+// min_runs (split_runs), so that a batch-1 verification (2-8 rows) still gives every
+// thread work.
 constexpr int64_t kRunRows = 4;
 
 // Splits the B rows into runs [first, end). Row e continues the stretch of rows
@@ -391,7 +392,7 @@ constexpr int64_t kRunRows = 4;
 // taken with the run's longer rows, are dropped), so rows of different sequences
 // that share those blocks would still be exact.
 std::vector<std::pair<int64_t, int64_t>> split_runs(const int64_t* tables, const int64_t* lens, int64_t B,
-                                                    int64_t max_blocks, int64_t block_size) {
+                                                    int64_t max_blocks, int64_t block_size, int64_t min_runs) {
     std::vector<std::pair<int64_t, int64_t>> runs;
     for (int64_t b = 0; b < B;) {
         int64_t end = b + 1;
@@ -400,7 +401,7 @@ std::vector<std::pair<int64_t, int64_t>> split_runs(const int64_t* tables, const
                           tables + end * max_blocks + (lens[end] + block_size - 1) / block_size,
                           tables + b * max_blocks))
             ++end;
-        const int64_t pieces = (end - b + kRunRows - 1) / kRunRows;
+        const int64_t pieces = std::max((end - b + kRunRows - 1) / kRunRows, std::min(end - b, min_runs));
         for (int64_t i = 0; i < pieces; ++i)  // near-equal runs: sizes differ by at most one row
             runs.emplace_back(b + (end - b) * i / pieces, b + (end - b) * (i + 1) / pieces);
         b = end;
@@ -413,20 +414,43 @@ struct WorkItem {
     int64_t first, last, head;
 };
 
-// Every (run, KV head), the dearest first (rows x longest context): the threads
-// take them in that order as they come free, so a long prefill run or context
-// does not leave one thread finishing alone while the other waits (the items'
-// costs differ by orders of magnitude in a mixed batch).
-std::vector<WorkItem> work_items(const std::vector<std::pair<int64_t, int64_t>>& runs, const int64_t* lens,
-                                 int64_t Hkv) {
+// Every (run, KV head), in row order.
+std::vector<WorkItem> work_items(const std::vector<std::pair<int64_t, int64_t>>& runs, int64_t Hkv) {
     std::vector<WorkItem> items;
     items.reserve(runs.size() * Hkv);
     for (const auto& [first, last] : runs)
         for (int64_t h = 0; h < Hkv; ++h) items.push_back({first, last, h});
-    std::stable_sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) {
-        return (a.last - a.first) * lens[a.last - 1] > (b.last - b.first) * lens[b.last - 1];
-    });
     return items;
+}
+
+// The items of each of `parts` threads, of near-equal cost (rows x longest context,
+// plus a fixed cost per item), where the items' costs differ by orders of magnitude
+// (a causal prefill chunk's rows, a long context beside short ones). Many items: cut
+// in row order into contiguous shares, so a thread reads neighbouring rows' K/V as
+// with an even split. Few (a batch-1 verification's 6): the dearest first, each to
+// the least loaded share. Which thread computes an item changes no result.
+std::vector<std::vector<int64_t>> shares(const std::vector<WorkItem>& items, const int64_t* lens, int64_t parts) {
+    constexpr int64_t kItemCost = 64;  // per item, in rows' worth of context: scaling q, writing out
+    const int64_t n = static_cast<int64_t>(items.size());
+    std::vector<int64_t> cost(n);
+    for (int64_t i = 0; i < n; ++i) cost[i] = (items[i].last - items[i].first) * lens[items[i].last - 1] + kItemCost;
+    std::vector<std::vector<int64_t>> out(parts);
+    if (n > 8 * parts) {
+        const int64_t total = std::accumulate(cost.begin(), cost.end(), int64_t{0});
+        int64_t before = 0;  // cost of the items before i
+        for (int64_t i = 0; i < n; before += cost[i++])
+            out[std::min(parts - 1, before * parts / total)].push_back(i);  // the share its cost starts in
+        return out;
+    }
+    std::vector<int64_t> order(n), load(parts, 0);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return cost[a] > cost[b]; });
+    for (int64_t i : order) {
+        const int64_t p = std::min_element(load.begin(), load.end()) - load.begin();
+        out[p].push_back(i);
+        load[p] += cost[i];
+    }
+    return out;
 }
 
 template <typename T>
@@ -435,34 +459,37 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
                       CacheStrides stride, int64_t max_blocks, int64_t block_size, float scale) {
     const int64_t G = Hq / Hkv;
     const int64_t longest = *std::max_element(lens, lens + B);
-    const std::vector<WorkItem> items = work_items(split_runs(tables, lens, B, max_blocks, block_size), lens, Hkv);
-    const int64_t n = static_cast<int64_t>(items.size());
-    std::atomic<int64_t> next{0};
-    // One task per thread; each takes the next item until none is left. Where an item
-    // runs changes no result (each is computed whole by one thread).
-    at::parallel_for(0, std::min<int64_t>(n, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    const int64_t threads = at::get_num_threads();
+    // At least two items per thread from a lone stretch (a 2-row verification: two 1-row runs).
+    const auto runs = split_runs(tables, lens, B, max_blocks, block_size, (2 * threads + Hkv - 1) / Hkv);
+    const int64_t parts = std::min<int64_t>(static_cast<int64_t>(runs.size()) * Hkv, threads);
+    const std::vector<WorkItem> items = work_items(runs, Hkv);
+    const auto share = shares(items, lens, parts);
+    at::parallel_for(0, parts, 1, [&](int64_t part_begin, int64_t part_end) {
         const int64_t Q = kRunRows * G;  // query rows of the largest run
         std::vector<float> qf(Q * D), of(Q * D), row(D), scores(Q * longest);
         std::vector<int64_t> len(Q);
-        for (int64_t w = next++; w < n; w = next++) {
-            const auto [first, last, h] = items[w];
-            const int64_t R = last - first;
-            for (int64_t r = 0; r < R; ++r) {
-                const T* qb = q + ((first + r) * Hq + h * G) * D;
-                for (int64_t i = 0; i < G * D; ++i) qf[r * G * D + i] = static_cast<float>(qb[i]) * scale;
-                std::fill(len.begin() + r * G, len.begin() + (r + 1) * G, lens[first + r]);
-            }
-            const T* kh = k_cache + h * stride.head;
-            const T* vh = v_cache + h * stride.head;
-            const int64_t* table = tables + first * max_blocks;  // every row of a run reads the same table
-            if (!attend_fast(qf.data(), kh, vh, table, lens[last - 1], len.data(), R, G, D, block_size, stride.block,
-                             scores.data(), of.data()))
-                for (int64_t r = 0; r < R; ++r)
-                    attend_portable(qf.data() + r * G * D, kh, vh, table, lens[first + r], G, D, block_size,
-                                    stride.block, scores.data(), row.data(), of.data() + r * G * D);
-            for (int64_t r = 0; r < R; ++r) {
-                T* o = out + ((first + r) * Hq + h * G) * D;
-                for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[r * G * D + i]);
+        for (int64_t part = part_begin; part < part_end; ++part) {
+            for (int64_t w : share[part]) {
+                const auto [first, last, h] = items[w];
+                const int64_t R = last - first;
+                for (int64_t r = 0; r < R; ++r) {
+                    const T* qb = q + ((first + r) * Hq + h * G) * D;
+                    for (int64_t i = 0; i < G * D; ++i) qf[r * G * D + i] = static_cast<float>(qb[i]) * scale;
+                    std::fill(len.begin() + r * G, len.begin() + (r + 1) * G, lens[first + r]);
+                }
+                const T* kh = k_cache + h * stride.head;
+                const T* vh = v_cache + h * stride.head;
+                const int64_t* table = tables + first * max_blocks;  // every row of a run reads the same table
+                if (!attend_fast(qf.data(), kh, vh, table, lens[last - 1], len.data(), R, G, D, block_size,
+                                 stride.block, scores.data(), of.data()))
+                    for (int64_t r = 0; r < R; ++r)
+                        attend_portable(qf.data() + r * G * D, kh, vh, table, lens[first + r], G, D, block_size,
+                                        stride.block, scores.data(), row.data(), of.data() + r * G * D);
+                for (int64_t r = 0; r < R; ++r) {
+                    T* o = out + ((first + r) * Hq + h * G) * D;
+                    for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[r * G * D + i]);
+                }
             }
         }
     });
