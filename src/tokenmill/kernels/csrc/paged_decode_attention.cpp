@@ -31,10 +31,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
-#include <utility>
 #include <limits>
 #include <numeric>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -453,6 +453,40 @@ std::vector<std::vector<int64_t>> shares(const std::vector<WorkItem>& items, con
     return out;
 }
 
+// Per-thread scratch for the largest run: its query rows in float32 (scaled), their
+// outputs, each query row's context length, and the scores.
+struct Scratch {
+    std::vector<float> qf, of, row, scores;
+    std::vector<int64_t> len;
+    Scratch(int64_t Q, int64_t D, int64_t longest) : qf(Q * D), of(Q * D), row(D), scores(Q * longest), len(Q) {}
+};
+
+// One work item: its R rows' G query rows of KV head h, read and written in place.
+template <typename T>
+void attend_item(const WorkItem& item, const T* q, const T* k_cache, const T* v_cache, const int64_t* tables,
+                 const int64_t* lens, T* out, int64_t Hq, int64_t G, int64_t D, CacheStrides stride,
+                 int64_t max_blocks, int64_t block_size, float scale, Scratch& s) {
+    const auto [first, last, h] = item;
+    const int64_t R = last - first;
+    for (int64_t r = 0; r < R; ++r) {
+        const T* qb = q + ((first + r) * Hq + h * G) * D;
+        for (int64_t i = 0; i < G * D; ++i) s.qf[r * G * D + i] = static_cast<float>(qb[i]) * scale;
+        std::fill(s.len.begin() + r * G, s.len.begin() + (r + 1) * G, lens[first + r]);
+    }
+    const T* kh = k_cache + h * stride.head;
+    const T* vh = v_cache + h * stride.head;
+    const int64_t* table = tables + first * max_blocks;  // every row of a run reads the same table
+    if (!attend_fast(s.qf.data(), kh, vh, table, lens[last - 1], s.len.data(), R, G, D, block_size, stride.block,
+                     s.scores.data(), s.of.data()))
+        for (int64_t r = 0; r < R; ++r)
+            attend_portable(s.qf.data() + r * G * D, kh, vh, table, lens[first + r], G, D, block_size,
+                            stride.block, s.scores.data(), s.row.data(), s.of.data() + r * G * D);
+    for (int64_t r = 0; r < R; ++r) {
+        T* o = out + ((first + r) * Hq + h * G) * D;
+        for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(s.of[r * G * D + i]);
+    }
+}
+
 template <typename T>
 void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int64_t* tables,
                       const int64_t* lens, T* out, int64_t B, int64_t Hq, int64_t Hkv, int64_t D,
@@ -466,32 +500,11 @@ void decode_attention(const T* q, const T* k_cache, const T* v_cache, const int6
     const std::vector<WorkItem> items = work_items(runs, Hkv);
     const auto share = shares(items, lens, parts);
     at::parallel_for(0, parts, 1, [&](int64_t part_begin, int64_t part_end) {
-        const int64_t Q = kRunRows * G;  // query rows of the largest run
-        std::vector<float> qf(Q * D), of(Q * D), row(D), scores(Q * longest);
-        std::vector<int64_t> len(Q);
-        for (int64_t part = part_begin; part < part_end; ++part) {
-            for (int64_t w : share[part]) {
-                const auto [first, last, h] = items[w];
-                const int64_t R = last - first;
-                for (int64_t r = 0; r < R; ++r) {
-                    const T* qb = q + ((first + r) * Hq + h * G) * D;
-                    for (int64_t i = 0; i < G * D; ++i) qf[r * G * D + i] = static_cast<float>(qb[i]) * scale;
-                    std::fill(len.begin() + r * G, len.begin() + (r + 1) * G, lens[first + r]);
-                }
-                const T* kh = k_cache + h * stride.head;
-                const T* vh = v_cache + h * stride.head;
-                const int64_t* table = tables + first * max_blocks;  // every row of a run reads the same table
-                if (!attend_fast(qf.data(), kh, vh, table, lens[last - 1], len.data(), R, G, D, block_size,
-                                 stride.block, scores.data(), of.data()))
-                    for (int64_t r = 0; r < R; ++r)
-                        attend_portable(qf.data() + r * G * D, kh, vh, table, lens[first + r], G, D, block_size,
-                                        stride.block, scores.data(), row.data(), of.data() + r * G * D);
-                for (int64_t r = 0; r < R; ++r) {
-                    T* o = out + ((first + r) * Hq + h * G) * D;
-                    for (int64_t i = 0; i < G * D; ++i) o[i] = static_cast<T>(of[r * G * D + i]);
-                }
-            }
-        }
+        Scratch scratch(kRunRows * G, D, longest);
+        for (int64_t part = part_begin; part < part_end; ++part)
+            for (int64_t w : share[part])
+                attend_item(items[w], q, k_cache, v_cache, tables, lens, out, Hq, G, D, stride, max_blocks,
+                            block_size, scale, scratch);
     });
 }
 
