@@ -173,6 +173,27 @@ def test_parallel_validation():
     assert (p.devices, p.attn_tp, p.dp, p.etp) == (8, 1, 8, 1)
 
 
+def test_compute_and_memory_overlap_imperfectly_near_the_ridge():
+    from dataclasses import replace
+
+    from tokenmill.sim.cost import StepCost
+
+    hw = replace(get_hardware("h100"), flops={"bf16": 1e15}, memory_bw=1e12, default_precision="bf16",
+                 efficiency=replace(get_hardware("h100").efficiency, gemm=1.0, memory=1.0, step_overhead_s=0.0,
+                                    seq_overhead_s=0.0))
+
+    def forward(flops, bytes_):
+        cost = StepCost(gemm_flops=flops, attention_flops=0.0, weight_bytes=bytes_, kv_read_bytes=0.0,
+                        kv_write_bytes=0.0, activation_bytes=0.0, allreduce_bytes=0.0, alltoall_bytes=0.0,
+                        num_collectives=0, devices=1)
+        return step_time(cost, hw, "bf16").total_s
+
+    assert forward(1e12, 1e9) == pytest.approx(2**0.5 * 1e-3)  # 1 ms of each: 1.41 ms, not 1 ms
+    assert forward(1e12, 3e8) == pytest.approx(1.044e-3, rel=1e-3)  # far from the ridge: about the larger
+    assert step_time(StepCost(1e12, 0.0, 1e9, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 1), replace(hw, overlap=False),
+                     "bf16").total_s == pytest.approx(2e-3)  # a CPU profile adds them
+
+
 def test_replica_beyond_nvlink_domain_uses_scale_out():
     arch, shape = get_model("llama3.1-405b"), StepShape(decode_contexts=(100,) * 256)
     h100 = get_hardware("h100")

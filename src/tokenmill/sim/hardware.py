@@ -40,7 +40,9 @@ class Efficiency:
     the model predicts 6.4 ms for 8B batch-1 decode, 1.4x the bandwidth roofline
     (LLM-Viewer reports 1.5-1.9x for engines with less tuned kernels). Between the
     two regimes (256 decode rows) the measured chain took 8.0 ms against a predicted
-    max(6.5, 5.5) ms: the roofline max under-predicts the crossover by ~20%."""
+    max(6.5, 5.5) ms: the roofline max under-predicts the crossover by ~20%;
+    sqrt(6.5^2 + 5.5^2) = 8.5 ms, the rule cost.step_time uses since, over-predicts
+    it by 6%."""
 
     gemm: float = 0.7
     """Large GEMMs reach ~65-75% of the dense tensor-core peak (0.66 measured above;
@@ -134,10 +136,11 @@ class Hardware:
     sources: tuple[str, ...] = ()
     """Where each number comes from (URLs, document names)."""
     overlap: bool = True
-    """Compute and memory traffic overlap, so a step's forward takes the larger
-    of the two (GPUs: tensor cores and HBM run at once). False: they add up,
-    which is what a CPU with a few cores measures (``tokenmill sim calibrate``
-    fits both rules and keeps the closer one)."""
+    """Compute and memory traffic overlap (GPUs: tensor cores and HBM run at
+    once), so a step's forward takes sqrt(compute^2 + memory^2): the larger of
+    the two far from the ridge (cost.step_time). False: they add up, which is
+    what a CPU with a few cores measures (``tokenmill sim calibrate`` fits both
+    rules and keeps the closer one)."""
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "memory_bw", "interconnect_bw", "scale_out_bw"):
