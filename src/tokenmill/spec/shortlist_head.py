@@ -8,10 +8,10 @@ needs only an argmax, not the logits, so the head is read more cheaply:
 - an int4 copy (groups of 32, kernels/int4_linear.py) of the head's first
   ``scored_vocab`` rows scores those tokens. A BPE vocabulary numbers its
   tokens in merge order, so low ids are the common ones: on the benchmark's
-  answers (benchmarks/spec_decode.py) 89% of the embedded model's output
+  answers (benchmarks/spec_decode.py) 89-97% of the embedded model's output
   tokens have ids under 8,192 and 96-99% under 16,384;
 - the request's own tokens past that range (a rare word of the prompt, which a
-  copying answer repeats) join the candidates, as ``extra`` ids per row;
+  copying answer repeats) join the candidates, as ``extras`` per row;
 - the int4 scores' ``candidates`` best and those extras are scored again,
   exactly, on the rows of the target model's own head (``rescore_on``; the
   draft's int8 head until the engine hands the target's over), a few KB; their
