@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from tokenmill.config import EngineConfig
-from tokenmill.engine.block_hash import hash_full_blocks
 from tokenmill.engine.block_pool import DEFAULT_EVENT_CAPACITY, BlockPool
 from tokenmill.engine.client import ABORT_REASONS, EngineStats
 from tokenmill.engine.core_messages import (
@@ -42,7 +41,8 @@ from tokenmill.engine.input_processor import check_prompt, check_resume
 from tokenmill.engine.isolation import execute_isolating
 from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.kv_events import KVEventBatch
-from tokenmill.engine.kv_transfer import KVBlocks, KVLayout, gather, scatter
+from tokenmill.engine.kv_import import adopt_kv
+from tokenmill.engine.kv_transfer import KVBlocks, KVLayout, gather
 from tokenmill.engine.linears import swap_linears
 from tokenmill.engine.request import Request, RequestStatus
 from tokenmill.engine.resolve import (
@@ -249,39 +249,13 @@ class EngineCore:
 
     def _adopt_kv(self, req: Request, blocks: KVBlocks) -> None:
         """Write imported prompt blocks into this cache and hand them to ``req``
-        (see add_request); the blocks before ``first_block`` are this engine's
-        own prefix-cache entries, and the imported full blocks join that cache."""
-        self.kv_layout.check_matches(blocks.layout)
-        bs, prompt = self.config.block_size, req.prompt_token_ids
-        if blocks.request_id != req.request_id or blocks.num_tokens != len(prompt):
-            raise ValueError(f"kv_blocks: they hold request {blocks.request_id!r}'s {blocks.num_tokens} prompt tokens, "
-                             f"not request {req.request_id!r}'s {len(prompt)}")
-        hashes = hash_full_blocks(prompt, bs)
-        first, total = blocks.first_block, self.kv.blocks_needed(len(prompt))
-        if blocks.block_hashes != hashes[first:] or first + blocks.num_blocks != total:
-            raise ValueError(f"kv_blocks.block_hashes: blocks {first}..{first + blocks.num_blocks} do not match "
-                             f"the request's prompt ({total} blocks)")
-        leading = [self.pool.lookup(h) for h in hashes[:first]]
-        if None in leading or total - first > self.pool.num_free_excluding(leading):
-            log.warning("request %s: its imported KV cannot be used here (%s); recomputing its prompt",
-                        req.request_id, "a held prefix block was evicted" if None in leading else "no free blocks")
+        (engine/kv_import.py), or count a recompute when they cannot be used."""
+        imported = adopt_kv(req, blocks, self.kv_layout, self.kv, self.pool, self.runner.kv_caches,
+                            self.config.block_size)
+        if imported is None:
             self.kv_imports_recomputed += 1
-            return
-        self.pool.touch(leading)
-        new = self.pool.allocate(total - first)
-        try:
-            scatter(self.runner.kv_caches, new, blocks.data)
-        except Exception:  # a payload whose array does not match its layout: give the blocks back
-            self.pool.release(new[::-1] + leading[::-1])
-            raise
-        if self.kv.enable_prefix_caching:  # the full ones serve later prompts here too (KV events tell the router)
-            full = len(hashes) - first
-            self.pool.store(new[:full], hashes[first:], hashes[first - 1] if first else None,
-                            prompt[first * bs:len(hashes) * bs])
-        self.kv.adopt(req, leading + new, hashes)
-        req.num_computed_tokens = len(prompt)
-        req.num_cached_tokens = first * bs
-        self.kv_blocks_imported += len(new)
+        else:
+            self.kv_blocks_imported += imported
 
     def export_kv(self, request_id: str, first_block: int) -> KVBlocks | None:
         """A copy of a held prompt's blocks from ``first_block`` on (the
