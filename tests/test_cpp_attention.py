@@ -117,16 +117,20 @@ def test_a_sequences_consecutive_rows_equal_each_row_alone(kernel, d, dtype):
                                atol=tol, rtol=tol)
 
 
-def test_rows_past_a_run_never_read_unwritten_slots(kernel):
-    # The run's rows read its longest row's blocks for their scores only; NaN in a slot
-    # past every row's context (a block's unwritten tail) must not reach any output.
+def test_a_row_in_a_run_never_uses_slots_past_its_own_context(kernel):
+    # Rows with contexts 20..23 share K/V reads; slots 20..22 lie inside the longer rows'
+    # contexts but past the first row's. NaN there may reach the longer rows (their own
+    # context), never the first: its scores past slot 19 are dropped and its values stop there.
     block_size = 16
     q, kc, vc, tables, _ = random_case(1, 4, 2, 64, block_size, [32], torch.float32, seed=4)
-    kc[tables[0, 1], :, 8:] = float("nan")  # slots 24..31 of the sequence
-    vc[tables[0, 1], :, 8:] = float("nan")
-    rows, lens = chunk_rows(tables, [(0, 20, 4)])  # contexts 20..23
-    out = kernel(q.expand(4, -1, -1).contiguous(), kc, vc, rows, lens, block_size, 0.125)
-    assert torch.isfinite(out).all()
+    rows, lens = chunk_rows(tables, [(0, 20, 4)])
+    q = q.expand(4, -1, -1).contiguous()
+    clean = kernel(q[:1], kc, vc, rows[:1], lens[:1], block_size, 0.125)
+    kc[tables[0, 1], :, 4:7] = float("nan")  # slots 20..22 of the sequence
+    vc[tables[0, 1], :, 4:7] = float("nan")
+    out = kernel(q, kc, vc, rows, lens, block_size, 0.125)
+    assert torch.equal(out[:1], clean)
+    assert torch.isnan(out[1:]).all()  # the longer rows do read those slots
 
 
 def test_softmax_is_stable_for_large_scores(kernel):
