@@ -213,6 +213,16 @@ def test_server_runs_for_mlperfs_duration_unless_a_count_is_given(capsys):
     assert "--duration" in capsys.readouterr().err
 
 
+def test_min_query_count_lengthens_a_timed_run_and_names_its_errors(capsys):
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "offline", "--isl", "128",
+                 "--osl", "64", "--num-requests", "50", "--duration", "1", "--min-query-count", "3000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["requests_simulated"] == 3000
+    assert main(["sim", "--scenario", "offline", "--min-query-count", "3000"]) == 2  # no --duration: not timed
+    assert "--min-query-count" in capsys.readouterr().err
+    assert main(["sim", "--scenario", "server", "--min-query-count", "0"]) == 2
+    assert "--min-query-count: must be >= 1" in capsys.readouterr().err
+
+
 def test_validate_suite_filters_the_rows_and_out_keeps_the_table(capsys, tmp_path, monkeypatch):
     assert main(["sim", "validate", "--suite", "mlperf", "--model", "llama3.3-70b"]) == 2  # TensorRT-LLM rows only
     assert "--model/--suite" in capsys.readouterr().err

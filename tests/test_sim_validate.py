@@ -102,6 +102,23 @@ def test_published_rows_are_well_formed():
         assert (r.isl is None) == (r.osl is None)
 
 
+def test_mlperf_rows_run_as_many_queries_as_their_logs_say():
+    from tokenmill.sim.published import DATASETS
+
+    samples = {d.benchmark: d.samples for d in DATASETS}
+    mlperf = [r for r in RESULTS if r.dataset]
+    assert len(mlperf) >= 50
+    for r in mlperf:
+        assert r.num_requests and f"{r.num_requests:,}" in r.note
+        if r.scenario == "offline":  # mlperf.conf's minimum: the whole dataset once
+            assert r.num_requests >= samples[r.dataset]
+        if r.dataset in ("deepseek-r1", "llama3.1-8b", "llama3.1-405b", "llama2-70b"):
+            assert row_workload(r, num_requests=100).min_queries == r.num_requests
+    nvidia_v60 = next(r for r in mlperf if r.model == "deepseek-r1" and r.num_gpus == 72 and r.scenario == "offline"
+                      and "v6.0" in r.source and r.hardware == "gb300")
+    assert nvidia_v60.num_requests == 200 * 4388
+
+
 def test_bench_presets_carry_the_published_mlperf_limits():
     # The bench presets (and so the simulator's default limits per model) against the limits
     # read from MLPerf's mlperf.conf in sim/published.py: one table must not drift from the other.

@@ -96,6 +96,10 @@ def _add_workload_args(w) -> None:
                         "for this long (at least 100 queries; default 600, MLPerf's min_duration) and count "
                         "tokens/s as LoadGen's 'Completed tokens per second'; offline issues 1.1 x its rate x "
                         "SECONDS requests (default: --num-requests)")
+    w.add_argument("--min-query-count", type=int, default=None, metavar="N",
+                   help="with a timed run (--duration; server/interactive by default): issue at least N samples "
+                        "(offline) or queries (server/interactive), LoadGen's min_query_count, the whole "
+                        "deployment's; published MLPerf runs set 100,000+ (sim validate runs each log's own count)")
     w.add_argument("--cached-tokens", type=int, default=0, help="prompt tokens each request finds in the prefix cache")
     w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
                                                   "llama3.1-8b's)")
@@ -112,7 +116,9 @@ def _add_workload_args(w) -> None:
                    help="with --replay: the server ran without prefix caching (default: a query whose sample was "
                         "issued before in the run is replayed with its prompt cached)")
     w.add_argument("--max-num-seqs", type=int, default=256)
-    w.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    w.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="rows one engine computes per step (prefill chunks + decodes); under --attention-dp, each "
+                        "dp rank's (as vLLM's and TensorRT-LLM's max_num_tokens)")
     w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
@@ -158,7 +164,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     isl, osl, osl_max = _lengths(args)
     workload = Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
                         preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
-                        duration_s=_duration(args))
+                        duration_s=_duration(args), min_queries=_min_queries(args))
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     if args.uplift:
@@ -197,6 +203,17 @@ def _duration(args: argparse.Namespace) -> float | None:
     from tokenmill.sim.scenarios import MLPERF_MIN_DURATION_S
 
     return args.duration or MLPERF_MIN_DURATION_S
+
+
+def _min_queries(args: argparse.Namespace) -> int | None:
+    if args.min_query_count is None:
+        return None
+    if args.min_query_count < 1:
+        raise ValueError(f"--min-query-count: must be >= 1, got {args.min_query_count}")
+    if _duration(args) is None:
+        raise ValueError("--min-query-count: only for a timed run (--duration, or server/interactive without "
+                         "--num-requests); otherwise --num-requests is the count")
+    return args.min_query_count
 
 
 def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:

@@ -72,7 +72,7 @@ def sweep(arch, hw: Hardware, base: Deployment, workload: Workload, parallels: S
 
 
 def _point(arch, hw: Hardware, trial: Deployment, workload: Workload, seqs: int) -> Point:
-    d = replace(trial, max_num_seqs=seqs, max_num_batched_tokens=max(trial.max_num_batched_tokens, seqs))
+    d = replace(trial, max_num_seqs=seqs)  # predict.step_budget keeps the step budget >= seqs
     f = predict(arch, hw, d, replace(workload, num_requests=min(workload.num_requests, WAVES * seqs)))
     return Point(trial.parallel, seqs, f["tokens_per_s_per_gpu"], 1e3 / f["tpot_ms"]["p50"], f["ttft_ms"]["p50"])
 

@@ -58,6 +58,7 @@ class Deployment:
     precision: str
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    """Rows of one engine's step (each dp rank's under attention DP; ``step_budget``)."""
     block_size: int = 16
     memory_fraction: float = 0.9
     """Of each device's memory, for weights + KV cache (the rest: activations, runtime)."""
@@ -103,6 +104,11 @@ class Workload:
     QPS is needed, since an unsustainable rate builds a queue within the window; offline
     issues ``1.1 x rate x duration_s`` requests, the rate from a first run of
     ``num_requests``. None: exactly ``num_requests`` requests."""
+    min_queries: int | None = None
+    """LoadGen's ``min_query_count`` for a timed run (``duration_s``), the whole deployment's:
+    Offline issues at least this many samples, Server / Interactive at least this many queries
+    (then for longer than ``duration_s``). Published MLPerf runs set it far above the rules'
+    minimum (sim/published.py ``_MLPERF_QUERIES``): their figures are long runs'."""
     qps_hint: float | None = None
     """server / interactive with ``duration_s``: the QPS (the whole deployment's) the peak
     search starts from, e.g. a neighbouring configuration's peak; None: the Offline request
@@ -114,6 +120,15 @@ class Workload:
             return self.isl, self.osl
         from tokenmill.sim.mlperf_lengths import length_draws
         return length_draws(self.dataset, self.osl, self.osl_max)
+
+
+def step_budget(d: Deployment) -> int:
+    """Rows one step of the replica computes at most. ``max_num_batched_tokens`` is each
+    engine's: under attention DP every dp rank schedules its own (vLLM's per-engine budget,
+    TensorRT-LLM's per-rank ``max_num_tokens``), so the replica's is dp times it; and never
+    below ``max_num_seqs``, so every running sequence's decode fits one step."""
+    ranks = d.parallel.dp if d.parallel.attention_dp else 1
+    return max(d.max_num_batched_tokens * ranks, d.max_num_seqs)
 
 
 def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
@@ -142,8 +157,8 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     def seconds(shape: StepShape) -> float:
         return step_time(step_cost(arch, shape, d.parallel, d.precision, kv_bytes), hw, d.precision).total_s
 
-    config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=d.max_num_batched_tokens,
-                       num_kv_blocks=blocks, block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
+    config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
+                       block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth)
     # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
     # group's share); disaggregated: all of it.
@@ -183,8 +198,9 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
     def offline_run(n: int) -> SimResult:
         return run(offline_requests(n, isl, osl, cached_tokens=w.cached_tokens))
 
+    least = math.ceil((w.min_queries or 0) / share) if w.duration_s is not None else 0
     if w.scenario == "offline":
-        n = num_requests
+        n = max(num_requests, least)
         result = offline_run(n)
         # LoadGen issues 1.1 x the expected rate x min_duration samples; a run's rate grows with its
         # size (its ramp and drain weigh less), so size again from each run until the size holds.
@@ -202,7 +218,7 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
         if w.duration_s is None:
             return server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
         return server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
-                               min_count=math.ceil(MLPERF_SERVER_MIN_QUERIES / share))
+                               min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
 
     if w.target_qps is not None:
         qps = w.target_qps / share

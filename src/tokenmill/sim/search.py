@@ -124,8 +124,8 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
 
 
 def _deployment(base: Deployment, c: Candidate) -> Deployment:
-    return replace(base, parallel=c.parallel, max_num_seqs=c.max_num_seqs, disagg=c.disagg,
-                   max_num_batched_tokens=max(base.max_num_batched_tokens, c.max_num_seqs))
+    # The step budget stays the engine's flag: predict.step_budget scales it per dp rank, never under the batch.
+    return replace(base, parallel=c.parallel, max_num_seqs=c.max_num_seqs, disagg=c.disagg)
 
 
 def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool):

@@ -9,12 +9,14 @@ can express (tensor parallel, expert parallel, attention DP; not pipeline
 parallel). TensorRT-LLM's tables are Offline runs of fixed ISL/OSL-token
 requests. MLPerf rows draw their requests from the dataset's length
 distribution (sim/mlperf_lengths.py; outputs of the mean the published run's
-log shows) and run the row's scenario as LoadGen sizes and counts it
-(``Workload.duration_s`` = MLPerf's 600 s min_duration): Offline, 1.1 x its
-rate x 600 s requests at once; or Server / Interactive, Poisson arrivals for
-600 s at the peak QPS that meets MLPerf's p99 TTFT/TPOT limits (the bench
-presets), counted as "Completed tokens per second" (up to the finish of the
-last query issued, not the drain of long outputs issued before it). An
+log shows) and run the row's scenario as long as the published run and
+counted as LoadGen counts it: as many samples or queries as its log says it
+issued (``Workload.min_queries``; at least MLPerf's 600 s): Offline, all at
+once; or Server / Interactive, Poisson arrivals at the peak QPS that meets
+MLPerf's p99 TTFT/TPOT limits (the bench presets), counted as "Completed
+tokens per second" (up to the finish of the last query issued, not the drain
+of long outputs issued before it). The length matters: a DeepSeek-R1 Server
+run's running batch, and so its TPOT, still grows after 3,000 s. An
 MLPerf row that names no layout gets the best of the deployment search's
 layouts (sim/search.py ``layouts``) of up to ``MAX_SEARCHED_DEVICES``
 devices: the submitter chose its own too.
@@ -23,11 +25,12 @@ Batch size: a max-throughput run is measured at the batch its engine was
 tuned to, so each row is simulated at every ``max_num_seqs`` of the
 deployment search (sim/search.py ``SEQ_CHOICES``; per device under attention
 DP) that the KV cache holds whole, and at that limit (larger batches would
-only preempt), and the best is kept. A row whose source states its run's
-request count (TensorRT-LLM's tables: 1,000-3,000 requests) simulates
-exactly that many, ramp-up and drain included, as the published figure
-does; the others start from ``--num-requests`` per replica (at least two
-batches). Server and Interactive rows run the peak search on each layout's
+only preempt), and the best is kept. A TensorRT-LLM row
+simulates the request count its source states (1,000-3,000 requests), ramp-up
+and drain included, as the published figure does. An MLPerf row first runs
+``--num-requests`` per replica (at least two batches) at each batch as a
+bound and an order; then Offline rows run their full count on the best few
+(``_timed_offline``). Server and Interactive rows run the peak search on each layout's
 batch limits from the largest down while they improve (``_peak``), skipping
 layouts whose Offline figure cannot reach the best found.
 """
@@ -50,6 +53,8 @@ from tokenmill.sim.search import BOUND_MARGIN, SEQ_CHOICES, layouts
 
 TOLERANCE = 0.25
 """The issue's bar for a published row: within 25%."""
+TIMED_OFFLINE = 2
+"""Candidates of an MLPerf Offline row (best of the short runs first) simulated at the full count."""
 MAX_SEARCHED_DEVICES = 8
 """Replica sizes searched for a row that names no layout: up to one 8-GPU node (a replica's
 batch, and so the cost of simulating it, grows with its devices under attention DP)."""
@@ -96,7 +101,7 @@ def row_workload(row: PublishedResult, num_requests: int, duration_s: float = ML
         raise ValueError(f"{row.dataset} dataset: input lengths not published")
     isl, osl, osl_max = dataset_means(row.dataset)
     return Workload(row.scenario, isl, osl, num_requests, preset=row.dataset, dataset=row.dataset, osl_max=osl_max,
-                    duration_s=duration_s)
+                    duration_s=duration_s, min_queries=row.num_requests)
 
 
 def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, ...] = SEQ_CHOICES,
@@ -122,7 +127,8 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
     if not candidates:
         return Checked(row, None, None, why)
     if workload.scenario == "offline":
-        score, deployment = candidates[0]
+        score, deployment = candidates[0] if workload.duration_s is None else _timed_offline(arch, hw, workload,
+                                                                                              candidates)
     else:
         score, deployment = _peak(arch, hw, workload, candidates)
     return Checked(row, score, deployment.max_num_seqs, parallel=deployment.parallel)
@@ -131,7 +137,9 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
 def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, parallels: list[Parallel],
                         seq_choices: tuple[int, ...]) -> tuple[list[tuple[float, Deployment]], str]:
     """(Offline tokens/s per GPU, deployment) for every layout and batch the KV cache
-    holds, best first; with the reason none ran when the list is empty."""
+    holds, best first; with the reason none ran when the list is empty. An MLPerf row's
+    runs here are short ones of ``--num-requests`` (at least two batches): a bound and an
+    order for the timed runs (``_timed_offline``, ``_peak``)."""
     out, why = [], "no layout fits"
     for parallel in parallels:
         base = Deployment(row.num_gpus, parallel, row.precision)
@@ -145,17 +153,28 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
             why = f"one {workload.isl}+{workload.osl}-token request does not fit the KV cache"
             continue
         per = parallel.devices if parallel.attention_dp else 1
-        # A run of a published request count: exactly that many per replica, and no batch above it.
-        measured = -(-row.num_requests // base.replicas) if row.num_requests else None
+        # A TensorRT-LLM run of a published request count: exactly that many per replica, and no batch
+        # above it. (An MLPerf row's count is its timed run's, Workload.min_queries.)
+        measured = -(-row.num_requests // base.replicas) if row.num_requests and row.dataset is None else None
         top = min(fit, max(seq_choices) * per, measured or fit)
         for seqs in sorted({s * per for s in seq_choices if s * per <= top} | {top}):
-            d = replace(base, max_num_seqs=seqs, max_num_batched_tokens=max(8192, seqs))
+            d = replace(base, max_num_seqs=seqs)
             requests = measured or max(workload.num_requests, 2 * seqs)
-            offline = replace(workload, scenario="offline", num_requests=requests)
-            if workload.scenario != "offline":  # only a bound and an order for the peak search: one short run
-                offline = replace(offline, duration_s=None)
-            out.append((predict(arch, hw, d, offline)["tokens_per_s_per_gpu"], d))
+            short = replace(workload, scenario="offline", num_requests=requests, duration_s=None)
+            out.append((predict(arch, hw, d, short)["tokens_per_s_per_gpu"], d))
     return sorted(out, key=lambda c: -c[0]), why
+
+
+def _timed_offline(arch, hw, workload: Workload,
+                   candidates: list[tuple[float, Deployment]]) -> tuple[float, Deployment]:
+    """An MLPerf Offline row's figure: its published sample count (``Workload.min_queries``;
+    a DeepSeek-R1 run of 100,000+ samples is a minute or more to simulate) for the
+    ``TIMED_OFFLINE`` best candidates of the short runs and the best layout's largest batch
+    (a short run's drain favours small batches, a long run's hardly weighs), the best of them."""
+    layout = candidates[0][1].parallel
+    largest = max((d for _, d in candidates if d.parallel == layout), key=lambda d: d.max_num_seqs)
+    picks = dict.fromkeys([d for _, d in candidates[:TIMED_OFFLINE]] + [largest])
+    return max(((predict(arch, hw, d, workload)["tokens_per_s_per_gpu"], d) for d in picks), key=lambda c: c[0])
 
 
 def _peak(arch, hw, workload: Workload, candidates: list[tuple[float, Deployment]]) -> tuple[float, Deployment]:
