@@ -217,6 +217,9 @@ def test_min_query_count_lengthens_a_timed_run_and_names_its_errors(capsys):
     assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "offline", "--isl", "128",
                  "--osl", "64", "--num-requests", "50", "--duration", "1", "--min-query-count", "3000", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["requests_simulated"] == 3000
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "server", "--isl", "128",
+                 "--osl", "64", "--target-qps", "100", "--duration", "1", "--min-query-count", "2000"]) == 0
+    assert "2,000 (20 s of arrivals)" in capsys.readouterr().out  # the count at 100 QPS, not the 1 s duration
     assert main(["sim", "--scenario", "offline", "--min-query-count", "3000"]) == 2  # no --duration: not timed
     assert "--min-query-count" in capsys.readouterr().err
     assert main(["sim", "--scenario", "server", "--min-query-count", "0"]) == 2

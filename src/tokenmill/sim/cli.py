@@ -315,7 +315,10 @@ def _table(f: dict) -> str:
     if f["qps"] is not None:
         what = "offered" if c.get("target_qps") else "peak meeting the p99 limits"
         lines.append(f"  QPS                {f['qps']:.2f} ({what})")
-    timed = f" ({c['duration_s']:,.0f} s of arrivals)" if c.get("duration_s") and f["qps"] is not None else ""
+    timed = ""
+    if c.get("duration_s") and f["qps"]:  # the duration, or longer where --min-query-count asks more queries
+        span = max(c["duration_s"], f["requests_simulated"] / f["qps"]) if c.get("min_queries") else c["duration_s"]
+        timed = f" ({span:,.0f} s of arrivals)"
     lines.append(f"  requests           {f['requests_simulated']:,}{timed}")
     lines.append(f"  TTFT p50 / p99     {f['ttft_ms']['p50']:,.1f} / {f['ttft_ms']['p99']:,.1f} ms")
     if f["tpot_ms"] is not None:

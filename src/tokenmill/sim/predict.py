@@ -273,7 +273,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "disagg": asdict(d.disagg) if d.disagg else None,
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
-                   "num_requests": w.num_requests, "duration_s": w.duration_s,
+                   "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,

@@ -127,6 +127,8 @@ _MLPERF_QUERIES: dict[tuple[str, str, str, str, str], int] = {
     (_V60, "NVIDIA", _GB300, "deepseek-r1", "Offline"): 877_600,
     (_V60, "NVIDIA", _GB300, "deepseek-r1", "Server"): 219_400,
     (_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive"): 245_728,
+    (_V60, "Nebius", _GB300, "deepseek-r1", "Offline"): 658_200,
+    (_V60, "Nebius", _GB300, "deepseek-r1", "Server"): 219_400,
     (_V60, "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline"): 105_312,
     (_V60, "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server"): 105_312,
     (_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline"): 149_634,
@@ -236,6 +238,12 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server", "deepseek-r1",
             "gb300", 8, "fp4", 64509.99, "TP8 EP8 attention-DP",
             f"{_ISSUE17} gives 8,064 for DeepSeek-R1 Server: this 8-GPU result, not the 72-GPU one"),
+    _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 673936, _ADP8,
+            "batch 1536 per GPU as NVIDIA's"),
+    _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 575579.74, _ADP8,
+            "the per-instance config of NVIDIA's row (batch 640 per GPU, attention-DP balancing) with "
+            "traffic_distribution_policy 'isl_load_balancing' across the 9 instances, which NVIDIA's config does "
+            "not set: 1.44x NVIDIA's figure"),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
             note=f"{_ISSUE17}: 271"),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,
