@@ -170,7 +170,8 @@ def _timed_offline(arch, hw, workload: Workload,
     """An MLPerf Offline row's figure: its published sample count (``Workload.min_queries``;
     a DeepSeek-R1 run of 100,000+ samples is a minute or more to simulate) for the
     ``TIMED_OFFLINE`` best candidates of the short runs and the best layout's largest batch
-    (a short run's drain favours small batches, a long run's hardly weighs), the best of them."""
+    (a short run's order is only a guide: its drain weighs far more than in a long run, and
+    a long run's steady state favours the largest batch), the best of them."""
     layout = candidates[0][1].parallel
     largest = max((d for _, d in candidates if d.parallel == layout), key=lambda d: d.max_num_seqs)
     picks = dict.fromkeys([d for _, d in candidates[:TIMED_OFFLINE]] + [largest])
