@@ -138,14 +138,20 @@ class StepCost:
 
 @dataclass(frozen=True)
 class StepTime:
-    """Seconds; ``total_s = max(compute_s, memory_s) + comm_s + overhead_s`` (the
-    sum of compute_s and memory_s where the hardware does not overlap them)."""
+    """Seconds; ``total_s = forward_s + comm_s + overhead_s``, the forward combining
+    compute_s and memory_s by ``step_time``'s rule (sqrt(compute^2 + memory^2), or
+    their sum where the hardware does not overlap them)."""
 
     compute_s: float
     memory_s: float
     comm_s: float
     overhead_s: float
     total_s: float
+
+    @property
+    def forward_s(self) -> float:
+        """The forward pass alone: compute and memory as combined, no communication or host overhead."""
+        return self.total_s - self.comm_s - self.overhead_s
 
     @property
     def bound(self) -> str:
