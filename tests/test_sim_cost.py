@@ -292,3 +292,26 @@ def test_expert_parallel_step_runs_at_the_busiest_ranks_pace():
     mean = step_cost(r1, shape, Parallel(tp=1, ep=1, attention_dp=False), "fp8", 1)
     assert balanced == pytest.approx(mean.gemm_flops / 8, rel=1e-9)
     assert busiest.weight_bytes < mean.weight_bytes and busiest.alltoall_bytes > 0
+
+
+def test_attention_over_an_fp8_kv_cache_computes_in_fp8():
+    from dataclasses import replace
+
+    from tokenmill.sim.hardware import FP8_ATTENTION, Efficiency
+
+    arch, h100 = get_model("llama3.1-8b"), get_hardware("h100")
+    long_chunk = StepShape(prefills=(PrefillChunk(2048, 16000),))  # attention-heavy: 18k keys per row
+    fp8_kv, bf16_kv = (step_cost(arch, long_chunk, Parallel(), "fp8", kv) for kv in (1, 2))
+    assert (fp8_kv.attention_precision, bf16_kv.attention_precision) == ("fp8", "bf16")
+    assert fp8_kv.attention_flops == bf16_kv.attention_flops
+    no_gemm = replace(fp8_kv, gemm_flops=0.0)
+    attention_s = step_time(no_gemm, h100, "fp8").compute_s
+    assert attention_s == pytest.approx(no_gemm.attention_flops / (h100.flops["fp8"] * FP8_ATTENTION))
+    bf16_s = step_time(replace(no_gemm, attention_precision="bf16"), h100, "fp8").compute_s
+    assert bf16_s == pytest.approx(no_gemm.attention_flops / (h100.flops["bf16"] * h100.efficiency.attention))
+    assert attention_s < 0.65 * bf16_s  # 2x the peak at 0.8 of the share
+    # A device without FP8 (a CPU profile) computes it at bf16.
+    cpu = replace(h100, flops={"bf16": 1e12, "fp32": 5e11}, default_precision="bf16")
+    assert step_time(no_gemm, cpu, "bf16").compute_s == pytest.approx(no_gemm.attention_flops / (1e12 * 0.5))
+    with pytest.raises(ValueError, match=r"attention_by_precision\[fp8\]"):
+        Efficiency(attention_by_precision={"fp8": 0.0})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import pytest
@@ -63,7 +64,10 @@ def test_predict_disagg_reports_the_split_and_whole_deployment():
     arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
     d = Deployment(4, Parallel(), "fp8", max_num_seqs=64, disagg=PoolSplit(1, 3))
     f = predict(arch, hw, d, Workload("server", 1024, 128, num_requests=60, target_qps=4.0))
-    assert f["config"]["disagg"] == {"prefill_replicas": 1, "decode_replicas": 3}
+    assert f["config"]["disagg"]["prefill_replicas"] == 1 and f["config"]["disagg"]["decode_replicas"] == 3
+    decode = f["config"]["disagg"]["decode"]  # the decode replicas: the deployment's layout unless named
+    assert (decode["tp"], decode["max_num_seqs"]) == (1, 64)
+    assert decode["kv_blocks_per_replica"] == f["config"]["kv_blocks_per_replica"]
     assert f["qps"] == pytest.approx(4.0)  # the deployment's offered rate, not a replica's share
     assert f["tokens_per_s"] == pytest.approx(f["tokens_per_s_per_gpu"] * 4)
 
@@ -140,3 +144,43 @@ def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypat
     everything = search(arch, hw, base, w)
     assert len(everything) == num_candidates(arch, hw, 8)
     assert found[0].figures == everything[0].figures
+
+
+def test_prefill_pool_routes_around_a_long_prompt():
+    # A 4,000-token prompt (eight 512-token chunks, 1 s each) then three short ones: round-robin
+    # would queue the third behind the long one's chunks; the least-load router sends every short
+    # one to the idle replica.
+    requests = [SimRequest(0.0, 4000, 2)] + [SimRequest(0.01 * k, 100, 2) for k in (1, 2, 3)]
+    result = simulate_disagg(requests, PoolSplit(2, 1), Pool(prefill_heavy, CONFIG), Pool(prefill_heavy, CONFIG),
+                             lambda tokens: 0.0)
+    assert result.first_token_s[0] > 7.0
+    assert np.all(result.first_token_s[1:] < 3.0)
+
+
+def test_decode_replicas_of_their_own_layout():
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    w = Workload("server", 1024, 128, num_requests=40, target_qps=2.0)
+    same = predict(arch, hw, Deployment(3, Parallel(), "fp8", max_num_seqs=64, disagg=PoolSplit(2, 1)), w)
+    wide = PoolSplit(2, 1, decode_parallel=Parallel(tp=2), decode_max_num_seqs=32)
+    f = predict(arch, hw, Deployment(4, Parallel(), "fp8", max_num_seqs=64, disagg=wide), w)
+    decode = f["config"]["disagg"]["decode"]
+    assert (decode["tp"], decode["max_num_seqs"]) == (2, 32)
+    assert decode["kv_blocks_per_replica"] > f["config"]["kv_blocks_per_replica"]  # half the weights per device
+    # Memory-bound decode on two devices streams half the weights per step: a shorter TPOT.
+    assert f["tpot_ms"]["p50"] < 0.8 * same["tpot_ms"]["p50"]
+    with pytest.raises(ValueError, match="--num-gpus: 3 GPUs.*take 4"):
+        predict(arch, hw, Deployment(3, Parallel(), "fp8", disagg=wide), w)
+
+
+def test_cli_decode_pool_flags(capsys):
+    assert cmd_sim(_args("--model", "llama3.1-8b", "--scenario", "server", "--isl", "512", "--osl", "32",
+                         "--num-requests", "30", "--target-qps", "2", "--disagg", "2:1", "--decode-tp", "2",
+                         "--decode-max-num-seqs", "16", "--json")) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["config"]["num_gpus"] == 4  # 2 prefill replicas of one GPU + 1 decode replica of two
+    assert f["config"]["disagg"]["decode"]["tp"] == 2 and f["config"]["disagg"]["decode"]["max_num_seqs"] == 16
+    for argv, message in [(("--decode-tp", "2"), "--decode-tp: only with --disagg P:D"),
+                          (("--disagg", "1:1", "--decode-max-num-seqs", "8", "--search"), "no --search"),
+                          (("--disagg", "1:1", "--decode-ep", "3", "--decode-tp", "2"), "--decode-tp/--decode-ep")]:
+        with pytest.raises(ValueError, match=message):
+            cmd_sim(_args("--model", "llama3.1-8b", *argv))

@@ -7,7 +7,7 @@ import pytest
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.published import RESULTS, PublishedResult
-from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel, row_workload, table
+from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel, parse_pools, row_workload, table
 
 
 @pytest.mark.parametrize("text, parallel", [
@@ -146,3 +146,21 @@ def test_validate_in_processes_keeps_the_rows_order():
     assert serial[3].error + 1 == pytest.approx(2 * (serial[0].error + 1))
     with pytest.raises(ValueError, match="--jobs"):
         validate(16, rows, jobs=0)
+
+
+def test_disaggregated_rows_run_their_published_pools():
+    gb300 = next(r for r in RESULTS if r.model == "llama3.1-405b" and r.hardware == "gb300" and r.scenario == "server"
+                 and "v6.0" in r.source)
+    d = parse_pools(gb300.parallel)  # the published dynamo_cluster config
+    assert d.num_gpus == gb300.num_gpus == 72
+    assert (d.parallel, d.max_num_seqs, d.max_num_batched_tokens) == (Parallel(tp=2), 64, 4096)
+    assert (d.disagg.prefill_replicas, d.disagg.decode_replicas) == (26, 5)
+    assert (d.decode_parallel, d.decode_max_num_seqs) == (Parallel(tp=4), 256)
+    assert parse_pools("TP8 EP8 attention-DP") is None
+    # A small one runs as named, no search: 2 prefill replicas of TP1 and one decode replica of TP2.
+    row = _mlperf_row(scenario="server", num_gpus=4,
+                      parallel="2 x TP1 prefill (batch 16, 2048 tokens) + 1 x TP2 decode (batch 32)")
+    checked = check_row(row, num_requests=48, duration_s=20.0)
+    assert checked.simulated > 0 and checked.max_num_seqs == 32 and checked.parallel == Parallel(tp=1)
+    wrong = check_row(_mlperf_row(scenario="server", num_gpus=8, parallel=row.parallel), num_requests=48)
+    assert wrong.simulated is None and "takes 4 GPUs, not 8" in wrong.skipped

@@ -59,6 +59,15 @@ def _add_deployment_args(g) -> None:
                         "(KV moved between them over NVLink inside one scale-up domain, else the network); "
                         "--num-gpus defaults to (P + D) x the replica's devices. With --search: auto, to try "
                         "prefill:decode splits of every layout beside aggregated replicas")
+    g.add_argument("--decode-tp", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: tensor-parallel size of each decode replica (default --tp; published "
+                        "runs often prefill on small replicas and decode on larger ones)")
+    g.add_argument("--decode-ep", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: expert-parallel size of each decode replica (default --ep)")
+    g.add_argument("--decode-attention-dp", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --disagg P:D: data-parallel attention in each decode replica (default --attention-dp)")
+    g.add_argument("--decode-max-num-seqs", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: batch limit of each decode replica (default --max-num-seqs)")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
                         "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits, skipping "
@@ -153,8 +162,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     search_splits = args.disagg == "auto"
     if search_splits and not args.search:
         raise ValueError("--disagg auto: only with --search (it searches the prefill:decode split); give P:D")
-    split = None if search_splits else parse_disagg(args.disagg)
-    devices = parallel.devices * (split.replicas if split else 1)
+    decode = _decode_pool(args, parallel)
+    split = None if search_splits else parse_disagg(args.disagg, decode)
+    devices = (split.prefill_replicas * parallel.devices + split.decode_replicas * (split.decode_parallel
+               or parallel).devices) if split else parallel.devices
     deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
                             mtp_tokens_per_step=accepted, disagg=split)
@@ -229,18 +240,45 @@ def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:
     return isl, args.osl or osl, osl_max
 
 
-def parse_disagg(text: str | None):
-    """``--disagg P:D`` -> PoolSplit (None when not given); ValueError naming the flag."""
+_DECODE_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp", "decode_max_num_seqs")
+
+
+def _decode_pool(args: argparse.Namespace, parallel) -> dict:
+    """The --decode-* flags as PoolSplit fields (empty when none is given); ValueError naming
+    a flag given without --disagg P:D or with an impossible value."""
+    given = [f for f in _DECODE_FLAGS if getattr(args, f, None) is not None]
+    if not given:
+        return {}
+    flag = "--" + given[0].replace("_", "-")
+    if not args.disagg or args.disagg == "auto" or args.search:
+        raise ValueError(f"{flag}: only with --disagg P:D and no --search (the decode replicas' own layout; "
+                         "the search tries one layout for both pools)")
+    from tokenmill.sim.cost import Parallel
+
+    layout = None
+    if any(f != "decode_max_num_seqs" for f in given):
+        attention_dp = parallel.attention_dp if args.decode_attention_dp is None else args.decode_attention_dp
+        try:
+            layout = Parallel(parallel.tp if args.decode_tp is None else args.decode_tp,
+                              parallel.ep if args.decode_ep is None else args.decode_ep, attention_dp)
+        except ValueError as e:
+            raise ValueError(f"--decode-tp/--decode-ep: {e}") from None
+    return {"decode_parallel": layout, "decode_max_num_seqs": args.decode_max_num_seqs}
+
+
+def parse_disagg(text: str | None, decode: dict | None = None):
+    """``--disagg P:D`` -> PoolSplit (None when not given), with ``decode``'s PoolSplit fields
+    (the decode replicas' own layout and batch limit); ValueError naming the flag."""
     if text is None:
         return None
     from tokenmill.sim.disagg import PoolSplit
 
     try:
-        prefill, decode = (int(v) for v in text.split(":"))
+        prefill, decode_replicas = (int(v) for v in text.split(":"))
     except ValueError:
         raise ValueError(f"--disagg: expected P:D (prefill and decode replicas, e.g. 1:3), got {text!r}") from None
     try:
-        return PoolSplit(prefill, decode)
+        return PoolSplit(prefill, decode_replicas, **(decode or {}))
     except ValueError as e:
         raise ValueError(f"--disagg: {e}") from None
 
@@ -306,8 +344,11 @@ def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
 
 def _table(f: dict) -> str:
     c = f["config"]
-    pools = (f"; disaggregated: {c['disagg']['prefill_replicas']} prefill + {c['disagg']['decode_replicas']} decode"
-             if c.get("disagg") else "")
+    pools = ""
+    if p := c.get("disagg"):
+        dec = p["decode"]
+        pools = (f"; disaggregated: {p['prefill_replicas']} prefill + {p['decode_replicas']} decode of tp {dec['tp']}, "
+                 f"ep {dec['ep']}{', attention dp' if dec['attention_dp'] else ''}, max-num-seqs {dec['max_num_seqs']}")
     lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
              f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}{pools})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",

@@ -126,6 +126,9 @@ class StepCost:
     rows: int = 0
     """Rows of the forward (tokens computed): with ``decode_only``, what decides
     whether our engine replays the step as a CUDA graph (``Efficiency.graph_max_rows``)."""
+    attention_precision: str = "bf16"
+    """What attention computes in: 'fp8' over an FP8 KV cache (Q quantized too, FP8
+    MMA), else 'bf16' (``step_time`` falls back to bf16 where the device has no FP8)."""
 
     @property
     def memory_bytes(self) -> float:
@@ -338,7 +341,8 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
                     activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
                     num_collectives=calls, devices=p.devices,
                     sequences=shape.num_decodes + len(shape.prefills),
-                    decode_only=not shape.prefills and shape.tokens_per_decode == 1, rows=shape.num_tokens)
+                    decode_only=not shape.prefills and shape.tokens_per_decode == 1, rows=shape.num_tokens,
+                    attention_precision="fp8" if kv_dtype_bytes == 1 else "bf16")
 
 
 def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
@@ -354,15 +358,18 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     the critical path; overlap tricks such as two-batch overlap are not modelled), and
     neither does the host's overhead (per step, plus per sequence in the step;
     a step run eagerly beside graph-replayed steps pays its own).
-    GEMMs run at ``precision``; attention at bf16. A replica larger than the
+    GEMMs run at ``precision``; attention at ``cost.attention_precision`` where the
+    device has it (FP8 over an FP8 KV cache), else bf16. A replica larger than the
     NVLink domain communicates at scale-out bandwidth."""
     if precision not in hardware.flops:
         raise ValueError(f"--precision: {hardware.name} has no {precision!r} tensor cores; "
                          f"choose from {sorted(hardware.flops)}")
     eff = hardware.efficiency
-    attn_rate = hardware.flops.get("bf16", hardware.flops[precision])
+    attn = cost.attention_precision if cost.attention_precision in hardware.flops else "bf16"
+    attn_rate = (hardware.flops[attn] * eff.attention_for(attn) if attn in hardware.flops
+                 else hardware.flops[precision] * eff.attention)
     compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision))
-               + cost.attention_flops / (attn_rate * eff.attention))
+               + cost.attention_flops / attn_rate)
     memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
     link = hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw
     comm = cost.comm_bytes / (link * eff.comm) + cost.num_collectives * eff.collective_latency_s

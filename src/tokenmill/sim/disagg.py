@@ -6,17 +6,20 @@ token; the KV blocks then move to a decode worker, which continues from
 there and never runs a long prefill chunk. Simulated the same way, with the
 single-replica simulation (serving.py) run once per pool:
 
-1. **Prefill pool**, ``prefill_replicas`` identical replicas: the requests, in
-   arrival order, are dealt round-robin to the replicas (an even load split,
-   as the replicated aggregated deployment assumes), each request asking for
-   one output token. Its first token (TTFT) comes at the end of the step that
-   finishes its prompt there.
+1. **Prefill pool**, ``prefill_replicas`` identical replicas behind the
+   least-load router (sim/routed.py: each arrival to the replica holding the
+   fewest KV blocks and routed prompt blocks, as our cluster's router and
+   Dynamo's KV router send prefills), each request asking for one output
+   token. Its first token (TTFT) comes at the end of the step that finishes
+   its prompt there.
 2. **KV transfer**: the request is handed off ``transfer_s(prompt_tokens)``
    after its first token (the caller prices the bytes over the link between
    the pools; the copy overlaps the pools' steps, so it delays only this
    request).
-3. **Decode pool**, ``decode_replicas`` replicas: requests arrive at their
-   hand-off time, dealt round-robin in that order, with prompt + first token as
+3. **Decode pool**, ``decode_replicas`` replicas, of their own layout and
+   batch limit where the deployment names one (published runs prefill on small
+   tensor-parallel replicas and decode on larger ones): requests arrive at
+   their hand-off time, routed the same way, with prompt + first token as
    their context, all of it found in the cache (the simulation computes the
    tail of the last partial block again, at most ``block_size`` tokens: our
    transfer moves whole blocks and the decode worker recomputes the rest), and
@@ -35,18 +38,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime, simulate
+from tokenmill.sim.cost import Parallel
+from tokenmill.sim.routed import simulate_routed
+from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime
 
 
 @dataclass(frozen=True)
 class PoolSplit:
     prefill_replicas: int
     decode_replicas: int
+    decode_parallel: Parallel | None = None
+    """Each decode replica's layout; None: the prefill replicas' (the deployment's ``parallel``)."""
+    decode_max_num_seqs: int | None = None
+    """Each decode replica's batch limit; None: the deployment's ``max_num_seqs``."""
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 1 or self.decode_replicas < 1:
             raise ValueError(f"disaggregation: needs >= 1 prefill and >= 1 decode replica, got "
                              f"{self.prefill_replicas}:{self.decode_replicas}")
+        if self.decode_max_num_seqs is not None and self.decode_max_num_seqs < 1:
+            raise ValueError(f"--decode-max-num-seqs: must be >= 1, got {self.decode_max_num_seqs}")
 
     @property
     def replicas(self) -> int:
@@ -59,11 +70,6 @@ class Pool:
 
     step_time: StepTime
     config: SimConfig
-
-
-def _deal(order: np.ndarray, replicas: int) -> list[np.ndarray]:
-    """Request indices per replica: ``order`` dealt round-robin."""
-    return [order[k::replicas] for k in range(replicas)]
 
 
 def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool, decode: Pool,
@@ -80,26 +86,22 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
     totals = np.zeros(4)  # steps, preemptions, scheduled seqs, scheduled tokens
     busy = 0.0
 
-    def run(staged: list[SimRequest], pool: Pool) -> SimResult:
+    def run(staged: list[SimRequest], replicas: int, pool: Pool) -> SimResult:
         nonlocal busy
-        result = simulate(staged, pool.step_time, pool.config)
+        result = simulate_routed(staged, replicas, pool.step_time, pool.config)
         totals[:] += (result.steps, result.preemptions, result.scheduled_seqs, result.scheduled_tokens)
         busy += result.busy_s
         return result
 
-    for ids in _deal(np.argsort(arrival, kind="stable"), split.prefill_replicas):
-        if ids.size:
-            first[ids] = run([SimRequest(requests[i].arrival_s, requests[i].prompt_tokens, 1,
-                                         requests[i].cached_tokens) for i in ids], prefill).first_token_s
+    first[:] = run([SimRequest(r.arrival_s, r.prompt_tokens, 1, r.cached_tokens) for r in requests],
+                   split.prefill_replicas, prefill).first_token_s
     finish[outputs == 1] = first[outputs == 1]
 
     rest = np.flatnonzero(outputs > 1)
-    handoff = np.full(n, np.nan)
-    handoff[rest] = [first[i] + transfer_s(requests[i].prompt_tokens) for i in rest]
-    for ids in _deal(rest[np.argsort(handoff[rest], kind="stable")], split.decode_replicas):
-        if ids.size:
-            context = [requests[i].prompt_tokens + 1 for i in ids]  # the prompt and the first token
-            finish[ids] = run([SimRequest(float(handoff[i]), c, int(outputs[i]) - 1, c)
-                               for i, c in zip(ids, context)], decode).finish_s
+    if rest.size:
+        handoff = first[rest] + np.array([transfer_s(requests[i].prompt_tokens) for i in rest])
+        context = [requests[i].prompt_tokens + 1 for i in rest]  # the prompt and the first token
+        finish[rest] = run([SimRequest(float(t), c, int(outputs[i]) - 1, c) for i, t, c in zip(rest, handoff, context)],
+                           split.decode_replicas, decode).finish_s
     steps, preemptions, seqs, tokens = (int(v) for v in totals)
     return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, busy)

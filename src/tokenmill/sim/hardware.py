@@ -27,6 +27,14 @@ B200/GB200 rows. Checked on other rows: docs/SIMULATOR.md. FP4's 0.27 of 9 PFLOP
 (2.4 PFLOP/s on a B200) is only 1.2x FP8's 0.46 of 4.5: these runs gain little compute
 from FP4, as the published small-batch FP4 GEMM figures (docs/SIMULATOR.md) lead to expect."""
 
+FP8_ATTENTION = 0.4
+"""Attention's fraction of the FP8 dense peak where it computes in FP8 (an FP8 KV cache, the
+published runs' recipe: MLPerf configs set ``use_fp8_context_fmha`` with ``kv_cache_dtype: fp8``,
+and TensorRT-LLM's DeepSeek-R1 throughput blog quantizes Q and KV to FP8 for its generation MQA).
+FlashAttention-3 reaches ~0.75 of the H100's bf16 peak and ~0.61 of its FP8 peak (740 TFLOP/s
+and 1.2 PFLOP/s; Shah et al., 2024): FP8 keeps 0.81 of bf16's share, so 0.5 (the bf16 default)
+x 0.81 = 0.4, i.e. 1.6x the bf16 attention rate. Not measured here."""
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -57,6 +65,10 @@ class Efficiency:
     attention: float = 0.5
     """FlashAttention-3 reaches ~75% of H100 bf16 peak on long sequences
     (Shah et al., 2024); causal masks, short chunks and varlen batches cost more."""
+    attention_by_precision: dict[str, float] = field(default_factory=lambda: {"fp8": FP8_ATTENTION}, hash=False)
+    """Attention's fraction for the precisions listed (of that precision's peak), in place of
+    ``attention``, where it computes in them (``StepCost.attention_precision``). Default:
+    ``FP8_ATTENTION``."""
     comm: float = 0.7
     """NCCL all-reduce bus bandwidth on NVLink reaches ~70-85% of the link rate
     for large messages; serving messages are small, so the low end."""
@@ -90,6 +102,9 @@ class Efficiency:
     def gemm_for(self, precision: str) -> float:
         return self.gemm_by_precision.get(precision, self.gemm)
 
+    def attention_for(self, precision: str) -> float:
+        return self.attention_by_precision.get(precision, self.attention)
+
     def replays(self, cost) -> bool:
         """Whether the engine replays a step of ``cost`` (a StepCost) as a CUDA graph."""
         if self.graph_max_rows is not None:
@@ -98,13 +113,15 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         values = {name: getattr(self, name) for name in ("gemm", "memory", "attention", "comm")}
-        values.update({f"gemm_by_precision[{k}]": v for k, v in self.gemm_by_precision.items()})
+        for table in ("gemm_by_precision", "attention_by_precision"):
+            by_precision = getattr(self, table)
+            values.update({f"{table}[{k}]": v for k, v in by_precision.items()})
+            if set(by_precision) - set(PRECISIONS):
+                raise ValueError(f"efficiency.{table}: unknown precisions "
+                                 f"{sorted(set(by_precision) - set(PRECISIONS))}; choose from {PRECISIONS}")
         for name, value in values.items():
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency.{name}: must be in (0, 1], got {value}")
-        if set(self.gemm_by_precision) - set(PRECISIONS):
-            raise ValueError(f"efficiency.gemm_by_precision: unknown precisions "
-                             f"{sorted(set(self.gemm_by_precision) - set(PRECISIONS))}; choose from {PRECISIONS}")
         if min(self.step_overhead_s, self.seq_overhead_s, self.collective_latency_s,
                self.eager_step_overhead_s or 0.0) < 0:
             raise ValueError("efficiency: overheads must be >= 0 seconds")

@@ -11,14 +11,15 @@ of them, when fewer), each group fed its share of the arrivals, and scaled.
 KV capacity per device is what the memory fraction leaves after the weights.
 
 With ``disagg`` the replicas form a prefill pool and a decode pool
-(sim/disagg.py); then every replica is simulated and the request count and
-QPS are the whole deployment's.
+(sim/disagg.py; the decode replicas of their own layout and batch limit where
+the split names them); then every replica is simulated and the request count
+and QPS are the whole deployment's.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
@@ -67,11 +68,21 @@ class Deployment:
     mtp_tokens_per_step: float = 1.0
     """Mean tokens accepted per decode step (1 + accepted drafts)."""
     disagg: PoolSplit | None = None
-    """Prefill and decode replicas (of ``parallel`` each); None: aggregated replicas."""
+    """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
+    the split's own layout and batch limit where it names them); None: aggregated replicas."""
 
     @property
     def replicas(self) -> int:
-        return self.num_gpus // self.parallel.devices
+        return self.disagg.replicas if self.disagg else self.num_gpus // self.parallel.devices
+
+    @property
+    def decode_parallel(self) -> Parallel:
+        """The decode replicas' layout (``parallel`` unless the split names another)."""
+        return (self.disagg and self.disagg.decode_parallel) or self.parallel
+
+    @property
+    def decode_max_num_seqs(self) -> int:
+        return (self.disagg and self.disagg.decode_max_num_seqs) or self.max_num_seqs
 
 
 @dataclass(frozen=True)
@@ -122,31 +133,44 @@ class Workload:
         return length_draws(self.dataset, self.osl, self.osl_max)
 
 
-def step_budget(d: Deployment) -> int:
+def step_budget(d: Deployment, parallel: Parallel | None = None, max_num_seqs: int | None = None) -> int:
     """Rows one step of the replica computes at most. ``max_num_batched_tokens`` is each
     engine's: under attention DP every dp rank schedules its own (vLLM's per-engine budget,
     TensorRT-LLM's per-rank ``max_num_tokens``), so the replica's is dp times it; and never
-    below ``max_num_seqs``, so every running sequence's decode fits one step."""
-    ranks = d.parallel.dp if d.parallel.attention_dp else 1
-    return max(d.max_num_batched_tokens * ranks, d.max_num_seqs)
+    below ``max_num_seqs``, so every running sequence's decode fits one step. ``parallel`` and
+    ``max_num_seqs``: another pool's (the decode replicas'), else the deployment's."""
+    parallel, max_num_seqs = parallel or d.parallel, max_num_seqs or d.max_num_seqs
+    ranks = parallel.dp if parallel.attention_dp else 1
+    return max(d.max_num_batched_tokens * ranks, max_num_seqs)
+
+
+def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel) -> int:
+    """KV blocks of one replica of ``parallel``; ValueError naming the flag when its weights do not fit."""
+    weights = weight_bytes(arch, d.precision, parallel)
+    room = hw.memory_bytes * d.memory_fraction - weights
+    if room <= 0:
+        flags = "--decode-tp/--decode-ep" if parallel is not d.parallel else "--tp/--ep"
+        raise ValueError(f"{flags}: {weights / 1e9:.1f} GB of weights per device do not fit in "
+                         f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise {flags}")
+    per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], parallel)
+    # Under attention DP each of the dp groups caches its own sequences: dp times one device's room.
+    return int(room * parallel.dp / (per_token * d.block_size))
 
 
 def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
-    """KV blocks per replica; ValueError naming the flag when it cannot run."""
-    if d.num_gpus % d.parallel.devices:
+    """KV blocks per replica (the prefill replicas' when disaggregated); ValueError naming
+    the flag when it cannot run."""
+    split = d.disagg
+    if split:
+        taken = split.prefill_replicas * d.parallel.devices + split.decode_replicas * d.decode_parallel.devices
+        if taken != d.num_gpus:
+            raise ValueError(f"--num-gpus: {d.num_gpus} GPUs, but --disagg {split.prefill_replicas}:"
+                             f"{split.decode_replicas} replicas of {d.parallel.devices} (prefill) and "
+                             f"{d.decode_parallel.devices} (decode) devices take {taken}")
+        kv_blocks(arch, hw, d, d.decode_parallel)
+    elif d.num_gpus % d.parallel.devices:
         raise ValueError(f"--num-gpus: {d.num_gpus} is not a multiple of the replica's {d.parallel.devices} devices")
-    if d.disagg and d.disagg.replicas * d.parallel.devices != d.num_gpus:
-        raise ValueError(f"--num-gpus: {d.num_gpus} GPUs, but --disagg {d.disagg.prefill_replicas}:"
-                         f"{d.disagg.decode_replicas} replicas of {d.parallel.devices} devices take "
-                         f"{d.disagg.replicas * d.parallel.devices}")
-    weights = weight_bytes(arch, d.precision, d.parallel)
-    room = hw.memory_bytes * d.memory_fraction - weights
-    if room <= 0:
-        raise ValueError(f"--tp/--ep: {weights / 1e9:.1f} GB of weights per device do not fit in "
-                         f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise --tp or --ep")
-    per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], d.parallel)
-    # Under attention DP each of the dp groups caches its own sequences: dp times one device's room.
-    return int(room * d.parallel.dp / (per_token * d.block_size))
+    return kv_blocks(arch, hw, d, d.parallel)
 
 
 def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
@@ -154,8 +178,12 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     blocks = check_deployment(arch, hw, d)
     kv_bytes = PRECISION_BYTES_KV[d.precision]
 
-    def seconds(shape: StepShape) -> float:
-        return step_time(step_cost(arch, shape, d.parallel, d.precision, kv_bytes), hw, d.precision).total_s
+    def step_seconds(parallel: Parallel):
+        def seconds(shape: StepShape) -> float:
+            return step_time(step_cost(arch, shape, parallel, d.precision, kv_bytes), hw, d.precision).total_s
+        return seconds
+
+    seconds = step_seconds(d.parallel)
 
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
@@ -166,12 +194,18 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     group = min(d.replicas, ROUTED_GROUP) if routed else 1
     share = 1 if d.disagg else d.replicas / group
     num_requests = w.num_requests * (d.replicas if d.disagg else group)
+    decode_blocks = None
     if d.disagg:
-        pool = Pool(seconds, config)
+        prefill = Pool(seconds, config)
+        decode_parallel, decode_seqs = d.decode_parallel, d.decode_max_num_seqs
+        decode_blocks = kv_blocks(arch, hw, d, decode_parallel)
+        decode = Pool(step_seconds(decode_parallel), replace(
+            config, max_num_seqs=decode_seqs, max_num_batched_tokens=step_budget(d, decode_parallel, decode_seqs),
+            num_kv_blocks=decode_blocks))
         transfer = transfer_time(arch, hw, d)
 
         def run(requests):
-            return simulate_disagg(requests, d.disagg, pool, pool, transfer)
+            return simulate_disagg(requests, d.disagg, prefill, decode, transfer)
     elif group > 1:
         def run(requests):
             return simulate_routed(requests, group, seconds, config)
@@ -184,7 +218,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         result, qps = run(list(w.requests if d.disagg else w.requests[::d.replicas])), None  # one replica's share
     else:
         result, qps = _scenario(w, run, seconds, config, num_requests, share)
-    figures = _figures(result, hw, d, w, blocks, qps, share)
+    figures = _figures(result, hw, d, w, blocks, qps, share, decode_blocks)
     figures["config"]["routed_group"] = group if group > 1 else None
     return figures
 
@@ -239,10 +273,12 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
 
 def transfer_time(arch, hw: Hardware, d: Deployment):
     """Seconds to move a prompt's KV from a prefill to a decode replica: each
-    device sends its shard over NVLink when both pools fit in one scale-up
-    domain, else over the scale-out network, at the profile's communication
-    efficiency, plus one collective latency."""
-    per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], d.parallel)
+    device sends its shard (and receives the decode layout's) over NVLink when both
+    pools fit in one scale-up domain, else over the scale-out network, at the
+    profile's communication efficiency, plus one collective latency; the larger
+    shard of the two layouts sets the pace."""
+    per_token = max(kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], p)
+                    for p in (d.parallel, d.decode_parallel))
     link = hw.interconnect_bw if d.num_gpus <= hw.scale_up_size else hw.scale_out_bw
     rate = link * hw.efficiency.comm
 
@@ -251,8 +287,18 @@ def transfer_time(arch, hw: Hardware, d: Deployment):
     return seconds
 
 
+def _pools(d: Deployment, decode_blocks: int | None) -> dict | None:
+    """The disaggregated split as ``--json`` reports it: replicas per pool and the decode replicas' own
+    layout, batch limit and KV blocks (the prefill replicas' are the config's top-level fields)."""
+    if not d.disagg:
+        return None
+    return {"prefill_replicas": d.disagg.prefill_replicas, "decode_replicas": d.disagg.decode_replicas,
+            "decode": {**asdict(d.decode_parallel), "max_num_seqs": d.decode_max_num_seqs,
+                       "kv_blocks_per_replica": decode_blocks}}
+
+
 def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None,
-             share: float) -> dict:
+             share: float, decode_blocks: int | None = None) -> dict:
     """``share``: how many times the simulated load fits in the deployment (1: all of it was simulated)."""
     # Server runs are counted as LoadGen counts them (SimResult.completed_tokens_per_s); a replayed
     # run as the benchmark measured it (first arrival to last finish).
@@ -271,7 +317,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
-                   "disagg": asdict(d.disagg) if d.disagg else None,
+                   "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
                    "target_qps": w.target_qps,

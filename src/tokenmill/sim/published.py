@@ -248,7 +248,12 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
             note=f"{_ISSUE17}: 271"),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,
-            note=f"{_ISSUE17}: 259"),
+            "26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)",
+            f"{_ISSUE17}: 259; disaggregated: the log's min_query_count 33,252 and target_qps 29.5 are the "
+            "'dynamo_cluster' config of closed/NVIDIA/configs/GB300-NVL72_GB300-288GB_aarch64x72/Server/"
+            "llama3_1-405b.py (26 prefill workers of the x2 disagg_prefill yaml: TP2, max_batch_size 64, "
+            "max_num_tokens 4096; 5 decode workers of the x4 disagg_decode yaml: TP4, max_batch_size 256; "
+            "KV router); TTFT p99 4.58 s, TPOT p50 / p99 59.0 / 60.2 ms"),
     _mlperf(_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb300", 72, "fp4", 1042980,
             note="log prints 1.04298e+06"),
     _mlperf(_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Server", "gpt-oss-120b", "gb300", 72, "fp4", 1072251.73),

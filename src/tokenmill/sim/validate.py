@@ -19,7 +19,10 @@ of long outputs issued before it). The length matters: a DeepSeek-R1 Server
 run's running batch, and so its TPOT, still grows after 3,000 s. An
 MLPerf row that names no layout gets the best of the deployment search's
 layouts (sim/search.py ``layouts``) of up to ``MAX_SEARCHED_DEVICES``
-devices: the submitter chose its own too.
+devices: the submitter chose its own too. A row served by disaggregated pools
+("26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)", its
+published configs' worker counts, layouts and limits) runs exactly that
+deployment (``_check_pools``).
 
 Batch size: a max-throughput run is measured at the batch its engine was
 tuned to, so each row is simulated at every ``max_num_seqs`` of the
@@ -43,6 +46,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from tokenmill.sim.cost import Parallel
+from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import Hardware, get_hardware
 from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS, dataset_means
 from tokenmill.sim.models import SIM_MODELS, get_model
@@ -92,6 +96,23 @@ def parse_parallel(text: str | None) -> Parallel:
     return Parallel(tp=tp, ep=ep)
 
 
+_POOLS = re.compile(r"(\d+) x (.+?) prefill \(batch (\d+), (\d+) tokens\) \+ (\d+) x (.+?) decode \(batch (\d+)\)")
+"""A disaggregated row's layout: prefill replicas, their layout, batch limit and token budget;
+decode replicas, their layout and batch limit."""
+
+
+def parse_pools(text: str | None) -> Deployment | None:
+    """A disaggregated row's layout (``_POOLS``) as a Deployment (its GPU count taken from the
+    pools; ``precision`` left to the caller), or None for an aggregated layout."""
+    m = _POOLS.fullmatch(text or "")
+    if m is None:
+        return None
+    prefill, decode = parse_parallel(m[2]), parse_parallel(m[6])
+    split = PoolSplit(int(m[1]), int(m[5]), decode_parallel=decode, decode_max_num_seqs=int(m[7]))
+    gpus = split.prefill_replicas * prefill.devices + split.decode_replicas * decode.devices
+    return Deployment(gpus, prefill, "", max_num_seqs=int(m[3]), max_num_batched_tokens=int(m[4]), disagg=split)
+
+
 def row_workload(row: PublishedResult, num_requests: int, duration_s: float = MLPERF_MIN_DURATION_S) -> Workload:
     """The requests a row was measured on: fixed ISL/OSL, or its MLPerf dataset's
     lengths (module docstring); ValueError when the dataset's are not known."""
@@ -116,9 +137,12 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
         return Checked(row, None, None, "no input and output lengths published")
     try:
         workload = row_workload(row, num_requests, duration_s)
-        given = parse_parallel(row.parallel) if row.parallel else None
+        pools = parse_pools(row.parallel)
+        given = parse_parallel(row.parallel) if row.parallel and not pools else None
     except ValueError as e:
         return Checked(row, None, None, str(e))
+    if pools:
+        return _check_pools(row, workload, replace(pools, precision=row.precision), hardware_for)
     if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
     arch, hw = get_model(row.model), hardware_for(row.hardware)
@@ -132,6 +156,21 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
     else:
         score, deployment = _peak(arch, hw, workload, candidates)
     return Checked(row, score, deployment.max_num_seqs, parallel=deployment.parallel)
+
+
+def _check_pools(row: PublishedResult, workload: Workload, d: Deployment,
+                 hardware_for: Callable[[str], Hardware]) -> Checked:
+    """A disaggregated row: its published pools, layouts and limits, no search (Server and
+    Interactive: the peak QPS meeting the limits)."""
+    if d.num_gpus != row.num_gpus:
+        return Checked(row, None, None, f"{row.parallel} takes {d.num_gpus} GPUs, not {row.num_gpus}")
+    arch, hw = get_model(row.model), hardware_for(row.hardware)
+    try:
+        check_deployment(arch, hw, d)
+    except ValueError as e:
+        return Checked(row, None, None, str(e))
+    w = replace(workload, num_requests=max(workload.num_requests, 2 * d.decode_max_num_seqs))
+    return Checked(row, predict(arch, hw, d, w)["tokens_per_s_per_gpu"], d.decode_max_num_seqs, parallel=d.parallel)
 
 
 def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, parallels: list[Parallel],
