@@ -5,6 +5,7 @@ shapes, and one published anchor. Pure arithmetic: no model is loaded."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -315,3 +316,19 @@ def test_attention_over_an_fp8_kv_cache_computes_in_fp8():
     assert step_time(no_gemm, cpu, "bf16").compute_s == pytest.approx(no_gemm.attention_flops / (1e12 * 0.5))
     with pytest.raises(ValueError, match=r"attention_by_precision\[fp8\]"):
         Efficiency(attention_by_precision={"fp8": 0.0})
+
+
+def test_fused_allreduce_overlaps_the_tensor_parallel_all_reduces():
+    arch, h100 = get_model("llama3.1-405b"), get_hardware("h100")
+    chunk = StepShape(prefills=(PrefillChunk(8192, 0),))
+    cost = step_cost(arch, chunk, Parallel(tp=8), "fp8", 1)
+    apart, fused = step_time(cost, h100, "fp8"), step_time(cost, h100, "fp8", fused_allreduce=True)
+    link = h100.interconnect_bw * h100.efficiency.comm
+    allreduce, floor = cost.allreduce_bytes / link, cost.num_collectives * h100.efficiency.collective_latency_s
+    assert apart.comm_s == pytest.approx(allreduce + floor)
+    # Fused, the all-reduces overlap the forward by the compute/memory rule: only what sqrt adds shows.
+    assert fused.comm_s == pytest.approx(math.hypot(fused.forward_s, allreduce) - fused.forward_s + floor)
+    assert fused.forward_s == pytest.approx(apart.forward_s) and fused.total_s < apart.total_s - 0.5 * allreduce
+    # Nothing to fuse without tensor parallelism (the all-to-alls of expert parallelism stay apart).
+    one = step_cost(arch, chunk, Parallel(tp=1), "fp8", 1)
+    assert step_time(one, h100, "fp8", fused_allreduce=True) == step_time(one, h100, "fp8")

@@ -82,10 +82,15 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--mtp", type=int, default=0, metavar="N", help="draft tokens verified per decode step")
     g.add_argument("--mtp-acceptance", type=float, default=None, metavar="TOKENS",
                    help="mean tokens accepted per decode step with --mtp (default 1 + 0.7 N)")
+    g.add_argument("--fused-allreduce", action="store_true",
+                   help="tensor-parallel all-reduces fused into the GEMMs they follow, overlapping them (as the "
+                        "published MLPerf Llama-3.1-405B runs: TensorRT-LLM's GEMM + all-reduce fusion); default: "
+                        "they run between layers, as in our engine")
     g.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
-                        "--cached-tokens), and each switched on alone; a table of tokens/s per GPU and latencies")
+                        "--cached-tokens, --fused-allreduce), and each switched on alone; a table of tokens/s per "
+                        "GPU and latencies")
 
 
 def _add_workload_args(w) -> None:
@@ -168,7 +173,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                or parallel).devices) if split else parallel.devices
     deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
-                            mtp_tokens_per_step=accepted, disagg=split)
+                            mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, disagg=split)
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")

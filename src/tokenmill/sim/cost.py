@@ -345,7 +345,7 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
                     attention_precision="fp8" if kv_dtype_bytes == 1 else "bf16")
 
 
-def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
+def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduce: bool = False) -> StepTime:
     """Seconds for ``cost`` on ``hardware``.
 
     Rule: compute and memory traffic overlap, imperfectly: the forward takes
@@ -355,7 +355,11 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     the rule against the plain max, docs/SIMULATOR.md "Near the ridge"). On
     hardware with ``overlap`` False, a CPU's, they add up;
     communication does not (TP all-reduces and EP all-to-alls sit between layers on
-    the critical path; overlap tricks such as two-batch overlap are not modelled), and
+    the critical path; overlap tricks such as two-batch overlap are not modelled), except
+    with ``fused_allreduce``: the all-reduces run inside the GEMMs they follow (GEMM +
+    all-reduce fusion, as the published Llama-3.1-405B MLPerf runs), overlapping the
+    forward by the same imperfect rule, so only sqrt(forward^2 + allreduce^2) - forward
+    of them shows (each call's latency floor stays), and
     neither does the host's overhead (per step, plus per sequence in the step;
     a step run eagerly beside graph-replayed steps pays its own).
     GEMMs run at ``precision``; attention at ``cost.attention_precision`` where the
@@ -371,10 +375,13 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str) -> StepTime:
     compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision))
                + cost.attention_flops / attn_rate)
     memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
-    link = hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw
-    comm = cost.comm_bytes / (link * eff.comm) + cost.num_collectives * eff.collective_latency_s
+    link = (hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw) * eff.comm
     eager = eff.eager_step_overhead_s is not None and not eff.replays(cost)
     overhead = (eff.eager_step_overhead_s if eager else eff.step_overhead_s) + eff.seq_overhead_s * cost.sequences
     forward = math.hypot(compute, memory) if hardware.overlap else compute + memory
+    allreduce = cost.allreduce_bytes / link
+    if fused_allreduce:
+        allreduce = math.hypot(forward, allreduce) - forward
+    comm = allreduce + cost.alltoall_bytes / link + cost.num_collectives * eff.collective_latency_s
     return StepTime(compute_s=compute, memory_s=memory, comm_s=comm, overhead_s=overhead,
                     total_s=forward + comm + overhead)

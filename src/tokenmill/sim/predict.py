@@ -67,6 +67,10 @@ class Deployment:
     """Draft tokens verified per decode step (speculative decoding / MTP)."""
     mtp_tokens_per_step: float = 1.0
     """Mean tokens accepted per decode step (1 + accepted drafts)."""
+    fused_allreduce: bool = False
+    """Tensor-parallel all-reduces fused into the GEMMs they follow (cost.step_time), as the
+    published MLPerf Llama-3.1-405B runs set (TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED, the
+    gemm_allreduce_plugin); False: they run between layers, as in our engine."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
@@ -180,7 +184,8 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
 
     def step_seconds(parallel: Parallel):
         def seconds(shape: StepShape) -> float:
-            return step_time(step_cost(arch, shape, parallel, d.precision, kv_bytes), hw, d.precision).total_s
+            cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
+            return step_time(cost, hw, d.precision, d.fused_allreduce).total_s
         return seconds
 
     seconds = step_seconds(d.parallel)
@@ -317,6 +322,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
+                   "fused_allreduce": d.fused_allreduce,
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,

@@ -13,7 +13,9 @@ turn them on:
   token per decode step;
 - disaggregated prefill/decode (``--disagg P:D``): off, the same GPUs as
   aggregated replicas;
-- prefix caching (``--cached-tokens``): off, every prompt computed whole.
+- prefix caching (``--cached-tokens``): off, every prompt computed whole;
+- GEMM + all-reduce fusion (``--fused-allreduce``): off, the tensor-parallel
+  all-reduces run between layers.
 
 A variant that does not run (e.g. the weights do not fit a tensor-parallel
 replica) is reported with the reason instead of figures.
@@ -47,6 +49,8 @@ def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
         return replace(d, disagg=full.disagg if full else None), w
     if technique == "prefix caching":
         return d, replace(w, cached_tokens=full_w.cached_tokens if full else 0)
+    if technique == "GEMM + all-reduce fusion":
+        return replace(d, fused_allreduce=bool(full and full.fused_allreduce)), w
     raise ValueError(f"uplift: unknown technique {technique!r}")
 
 
@@ -61,6 +65,8 @@ def techniques(d: Deployment, w: Workload) -> list[str]:
         used.append("disaggregation")
     if w.cached_tokens:
         used.append("prefix caching")
+    if d.fused_allreduce:
+        used.append("GEMM + all-reduce fusion")
     return used
 
 
@@ -69,7 +75,7 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
     used = techniques(full, workload)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
-                         "--mtp, --disagg, --cached-tokens); turn some on")
+                         "--mtp, --disagg, --cached-tokens, --fused-allreduce); turn some on")
     base = (full, workload)
     for t in used:
         base = _switch(*base, t, None)
