@@ -164,3 +164,14 @@ def test_disaggregated_rows_run_their_published_pools():
     assert checked.simulated > 0 and checked.max_num_seqs == 32 and checked.parallel == Parallel(tp=1)
     wrong = check_row(_mlperf_row(scenario="server", num_gpus=8, parallel=row.parallel), num_requests=48)
     assert wrong.simulated is None and "takes 4 GPUs, not 8" in wrong.skipped
+
+
+def test_rows_fuse_the_all_reduces_where_their_configs_do():
+    def key(r):
+        return r.hardware, r.scenario, "v6.0" if "v6.0" in r.source else "v5.1" if "v5.1" in r.source else "?"
+
+    fused = {key(r) for r in RESULTS if r.fused_allreduce}
+    assert all(r.model == "llama3.1-405b" and r.dataset for r in RESULTS if r.fused_allreduce)
+    assert ("gb300", "server", "v6.0") in fused and ("gb300", "server", "v5.1") in fused
+    assert ("gb300", "offline", "v5.1") not in fused  # its config sets neither the env var nor the plugin
+    assert not any(r.fused_allreduce for r in RESULTS if r.dataset is None)  # trtllm-bench's defaults

@@ -55,6 +55,10 @@ class PublishedResult:
     """Requests (Offline: samples; Server: queries) in the measured run, where the source states
     it: TensorRT-LLM's tables, every MLPerf log. A finite run's throughput includes its ramp-up and
     drain, and a Server run's latency tails grow with its length: the simulation runs as many."""
+    fused_allreduce: bool = False
+    """The run fused its tensor-parallel all-reduces into the GEMMs: its config sets
+    TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED or TensorRT-LLM's gemm_allreduce_plugin (read in the
+    config for the MLPerf Llama-3.1-405B rows; the others are tensor-parallel-free or do not set it)."""
 
 
 _INF = "github.com/mlcommons/inference @b66003e"
@@ -189,14 +193,15 @@ queries at 110 QPS, over half an hour of arrivals where LoadGen asks for 600 s."
 
 
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
-            prec: str, total: float, parallel: str | None = None, note: str = "") -> PublishedResult:
+            prec: str, total: float, parallel: str | None = None, note: str = "",
+            fused: bool = False) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
     text = f"{total:,} tok/s total / {n} GPUs; {queries:,} {'samples' if scenario == 'Offline' else 'queries'}"
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
-                           f"{rnd}: {path}", text, queries)
+                           f"{rnd}: {path}", text, queries, fused)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
@@ -246,14 +251,14 @@ RESULTS: tuple[PublishedResult, ...] = (
             "traffic_distribution_policy 'isl_load_balancing' across the 9 instances, which NVIDIA's config does "
             "not set: 1.44x NVIDIA's figure"),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
-            note=f"{_ISSUE17}: 271"),
+            note=f"{_ISSUE17}: 271", fused=True),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,
             "26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)",
             f"{_ISSUE17}: 259; disaggregated: the log's min_query_count 33,252 and target_qps 29.5 are the "
             "'dynamo_cluster' config of closed/NVIDIA/configs/GB300-NVL72_GB300-288GB_aarch64x72/Server/"
             "llama3_1-405b.py (26 prefill workers of the x2 disagg_prefill yaml: TP2, max_batch_size 64, "
             "max_num_tokens 4096; 5 decode workers of the x4 disagg_decode yaml: TP4, max_batch_size 256; "
-            "KV router); TTFT p99 4.58 s, TPOT p50 / p99 59.0 / 60.2 ms"),
+            "KV router); TTFT p99 4.58 s, TPOT p50 / p99 59.0 / 60.2 ms", fused=True),
     _mlperf(_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb300", 72, "fp4", 1042980,
             note="log prints 1.04298e+06"),
     _mlperf(_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Server", "gpt-oss-120b", "gb300", 72, "fp4", 1072251.73),
@@ -262,7 +267,8 @@ RESULTS: tuple[PublishedResult, ...] = (
     # MLPerf v6.0, GB200 NVL72
     _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Offline", "deepseek-r1", "gb200", 72, "fp4", 486141, _ADP8),
     _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Server", "deepseek-r1", "gb200", 72, "fp4", 336106.48, _ADP8),
-    _mlperf(_V60, "NVIDIA", _GB200, "llama3.1-405b", "Offline", "llama3.1-405b", "gb200", 72, "fp4", 15461.5),
+    _mlperf(_V60, "NVIDIA", _GB200, "llama3.1-405b", "Offline", "llama3.1-405b", "gb200", 72, "fp4", 15461.5,
+            fused=True),
     _mlperf(_V60, "NVIDIA", _GB200, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb200", 72, "fp4", 879542),
     _mlperf(_V60, "NVIDIA", _GB200, "llama2-70b-99", "Offline", "llama2-70b", "gb200", 72, "fp4", 888054),
     # MLPerf v6.0, 8x B200 / 8x H200 nodes
@@ -275,7 +281,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Server", "gpt-oss-120b", "b200", 8, "fp4",
             87444.22, "TP1 x8"),
     _mlperf(_V60, "Google", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "b200", 8, "fp4",
-            1350.24, "TP2 PP2"),
+            1350.24, "TP2 PP2", fused=True),
     _mlperf(_V60, "Lambda_SIT", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "b200", 8, "fp4",
             160403),
     _mlperf(_V60, "Lambda_SIT", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server", "llama3.1-8b", "b200", 8, "fp4",
@@ -298,7 +304,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 16104.1,
             "TP2", f"{_ISSUE17}: 224"),
     _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 12248.42,
-            "TP2", f"{_ISSUE17}: 170"),
+            "TP2", f"{_ISSUE17}: 170", fused=True),
     # MLPerf v5.1, NVIDIA DGX B200 (8 GPUs)
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4",
             33379, "TP8 EP8 attention-DP"),
@@ -311,9 +317,9 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Interactive", "llama2-70b", "b200", 8,
             "fp4", 59545.45, "TP1 x8"),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "b200", 8, "fp4",
-            1624.11, "TP2 PP2"),
+            1624.11, "TP2 PP2", fused=True),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server", "llama3.1-405b", "b200", 8, "fp4",
-            1240.42, "TP4"),
+            1240.42, "TP4", fused=True),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "b200", 8, "fp4",
             136752, "TP1 x8"),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server", "llama3.1-8b", "b200", 8, "fp4",
@@ -324,9 +330,9 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "h200", 8, "fp8",
             34029.38),
     _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "h200", 8, "fp8",
-            552.749),
+            552.749, fused=True),
     _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server", "llama3.1-405b", "h200", 8, "fp8",
-            295.36),
+            295.36, fused=True),
     _mlperf(_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "h200", 8,
             "fp8", 66036.8),
     _mlperf(_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Server", "llama3.1-8b", "h200", 8,

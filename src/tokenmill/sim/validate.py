@@ -19,8 +19,9 @@ of long outputs issued before it). The length matters: a DeepSeek-R1 Server
 run's running batch, and so its TPOT, still grows after 3,000 s. An
 MLPerf row that names no layout gets the best of the deployment search's
 layouts (sim/search.py ``layouts``) of up to ``MAX_SEARCHED_DEVICES``
-devices: the submitter chose its own too. MLPerf rows fuse the tensor-parallel
-all-reduces into the GEMMs, as their configs do (``_fuses_allreduce``). A row served by disaggregated pools
+devices: the submitter chose its own too. Rows whose configs fuse the
+tensor-parallel all-reduces into the GEMMs run so (``PublishedResult.fused_allreduce``:
+the MLPerf Llama-3.1-405B rows but one). A row served by disaggregated pools
 ("26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)", its
 published configs' worker counts, layouts and limits) runs exactly that
 deployment (``_check_pools``).
@@ -114,14 +115,6 @@ def parse_pools(text: str | None) -> Deployment | None:
     return Deployment(gpus, prefill, "", max_num_seqs=int(m[3]), max_num_batched_tokens=int(m[4]), disagg=split)
 
 
-def _fuses_allreduce(row: PublishedResult) -> bool:
-    """MLPerf rows run with the all-reduces fused into the GEMMs (every NVIDIA-code MLPerf v6.0
-    Llama-3.1-405B config sets TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED or the gemm_allreduce_plugin;
-    the rows of other models are tensor-parallel-free or nearly so); TensorRT-LLM's tables use
-    trtllm-bench's defaults, which leave them between layers."""
-    return row.dataset is not None
-
-
 def row_workload(row: PublishedResult, num_requests: int, duration_s: float = MLPERF_MIN_DURATION_S) -> Workload:
     """The requests a row was measured on: fixed ISL/OSL, or its MLPerf dataset's
     lengths (module docstring); ValueError when the dataset's are not known."""
@@ -152,7 +145,7 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
         return Checked(row, None, None, str(e))
     if pools:
         return _check_pools(row, workload, replace(pools, precision=row.precision,
-                                                   fused_allreduce=_fuses_allreduce(row)), hardware_for)
+                                                   fused_allreduce=row.fused_allreduce), hardware_for)
     if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
     arch, hw = get_model(row.model), hardware_for(row.hardware)
@@ -191,7 +184,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
     order for the timed runs (``_timed_offline``, ``_peak``)."""
     out, why = [], "no layout fits"
     for parallel in parallels:
-        base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=_fuses_allreduce(row))
+        base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce)
         try:
             blocks = check_deployment(arch, hw, base)
         except ValueError as e:  # the weights do not fit
