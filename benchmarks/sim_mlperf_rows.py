@@ -1,0 +1,59 @@
+"""Some MLPerf rows of `tokenmill sim validate`, chosen by model, round and scenario, at
+their published counts, as docs/SIMULATOR.md's "What the published runs switch on" table:
+
+    python -m benchmarks.sim_mlperf_rows --out results/sim-validate/mlperf-refit.md
+
+(default: DeepSeek-R1's v6.0 Offline and Server rows and every Llama-3.1-405B row; the GB300
+rows first). Prints each row as it finishes (seconds since the start, simulated, error) and
+rewrites the Markdown table of the rows finished so far after every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from tokenmill.sim.published import RESULTS, PublishedResult
+from tokenmill.sim.validate import table, validate
+
+
+def _round(row: PublishedResult) -> str:
+    return next((r for r in ("v4.1", "v5.1", "v6.0") if r in row.source), "?")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", action="append", metavar="MODEL[:ROUND[:SCENARIO,...]]",
+                    help="rows to run (repeatable); default deepseek-r1:v6.0:offline,server and llama3.1-405b")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--num-requests", type=int, default=500)
+    ap.add_argument("--out", required=True, help="the Markdown table, rewritten after every row")
+    args = ap.parse_args(argv)
+    picks = [s.split(":") for s in args.rows or ["deepseek-r1:v6.0:offline,server", "llama3.1-405b"]]
+
+    def wanted(r: PublishedResult) -> bool:
+        return r.dataset is not None and any(
+            r.model == p[0] and (len(p) < 2 or _round(r) == p[1]) and (len(p) < 3 or r.scenario in p[2].split(","))
+            for p in picks)
+
+    rows = tuple(sorted((r for r in RESULTS if wanted(r)), key=lambda r: r.hardware != "gb300"))
+    if not rows:
+        ap.error(f"--rows: no MLPerf row matches {args.rows}")
+    print(f"{len(rows)} rows", flush=True)
+    done, start = {}, time.time()
+
+    def on_row(i, checked) -> None:
+        done[i] = checked
+        Path(args.out).write_text(table([done[k] for k in sorted(done)]) + "\n")
+        r = rows[i]
+        figure = f"{checked.simulated:,.0f} ({checked.simulated / r.tokens_per_s_per_gpu:.2f})" \
+            if checked.simulated else checked.skipped
+        print(f"{time.time() - start:6.0f} s  {r.model} {r.hardware} x{r.num_gpus} {r.scenario} {_round(r)}: "
+              f"{figure}", flush=True)
+
+    validate(num_requests=args.num_requests, rows=rows, jobs=args.jobs, on_row=on_row)
+
+
+if __name__ == "__main__":
+    main()
