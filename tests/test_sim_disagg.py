@@ -148,8 +148,8 @@ def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypat
 
 def test_prefill_pool_routes_around_a_long_prompt():
     # A 4,000-token prompt (eight 512-token chunks, 1 s each) then three short ones: round-robin
-    # would queue the third behind the long one's chunks; the least-load router sends every short
-    # one to the idle replica.
+    # would deal the second short one behind the long one's chunks; the least-load router sends
+    # every short one to the other replica.
     requests = [SimRequest(0.0, 4000, 2)] + [SimRequest(0.01 * k, 100, 2) for k in (1, 2, 3)]
     result = simulate_disagg(requests, PoolSplit(2, 1), Pool(prefill_heavy, CONFIG), Pool(prefill_heavy, CONFIG),
                              lambda tokens: 0.0)
