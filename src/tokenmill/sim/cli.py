@@ -56,9 +56,9 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
     g.add_argument("--disagg", default=None, metavar="P:D",
                    help="disaggregated prefill/decode: P prefill and D decode replicas of the --tp/--ep layout "
-                        "(KV moved between them over NVLink inside one scale-up domain, else the network); "
-                        "--num-gpus defaults to (P + D) x the replica's devices. With --search: auto, to try "
-                        "prefill:decode splits of every layout beside aggregated replicas")
+                        "(the decode ones of --decode-* where given; KV moved between them over NVLink inside one "
+                        "scale-up domain, else the network); --num-gpus defaults to what the pools take. With "
+                        "--search: auto, to try prefill:decode splits of every layout beside aggregated replicas")
     g.add_argument("--decode-tp", type=int, default=None, metavar="N",
                    help="with --disagg P:D: tensor-parallel size of each decode replica (default --tp; published "
                         "runs often prefill on small replicas and decode on larger ones)")
@@ -169,8 +169,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise ValueError("--disagg auto: only with --search (it searches the prefill:decode split); give P:D")
     decode = _decode_pool(args, parallel)
     split = None if search_splits else parse_disagg(args.disagg, decode)
-    devices = (split.prefill_replicas * parallel.devices + split.decode_replicas * (split.decode_parallel
-               or parallel).devices) if split else parallel.devices
+    devices = split.devices(parallel) if split else parallel.devices
     deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
                             mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, disagg=split)

@@ -369,9 +369,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
         raise ValueError(f"--precision: {hardware.name} has no {precision!r} tensor cores; "
                          f"choose from {sorted(hardware.flops)}")
     eff = hardware.efficiency
-    attn = cost.attention_precision if cost.attention_precision in hardware.flops else "bf16"
-    attn_rate = (hardware.flops[attn] * eff.attention_for(attn) if attn in hardware.flops
-                 else hardware.flops[precision] * eff.attention)
+    attn = next((p for p in (cost.attention_precision, "bf16") if p in hardware.flops), precision)
+    attn_rate = hardware.flops[attn] * eff.attention_for(attn)
     compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision))
                + cost.attention_flops / attn_rate)
     memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)

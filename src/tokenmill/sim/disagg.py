@@ -4,7 +4,7 @@ Our cluster's disaggregated mode (cluster/disagg, issue 14) sends each request
 to a prefill worker, which computes the prompt's KV and samples the first
 token; the KV blocks then move to a decode worker, which continues from
 there and never runs a long prefill chunk. Simulated the same way, with the
-single-replica simulation (serving.py) run once per pool:
+routed simulation (sim/routed.py) run once per pool:
 
 1. **Prefill pool**, ``prefill_replicas`` identical replicas behind the
    least-load router (sim/routed.py: each arrival to the replica holding the
@@ -62,6 +62,11 @@ class PoolSplit:
     @property
     def replicas(self) -> int:
         return self.prefill_replicas + self.decode_replicas
+
+    def devices(self, prefill: Parallel) -> int:
+        """GPUs the pools take, the prefill replicas being of ``prefill``'s layout."""
+        return (self.prefill_replicas * prefill.devices
+                + self.decode_replicas * (self.decode_parallel or prefill).devices)
 
 
 @dataclass(frozen=True)

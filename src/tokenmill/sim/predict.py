@@ -148,12 +148,12 @@ def step_budget(d: Deployment, parallel: Parallel | None = None, max_num_seqs: i
     return max(d.max_num_batched_tokens * ranks, max_num_seqs)
 
 
-def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel) -> int:
-    """KV blocks of one replica of ``parallel``; ValueError naming the flag when its weights do not fit."""
+def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str = "--tp/--ep") -> int:
+    """KV blocks of one replica of ``parallel``; ValueError naming ``flags`` (the layout's) when
+    its weights do not fit."""
     weights = weight_bytes(arch, d.precision, parallel)
     room = hw.memory_bytes * d.memory_fraction - weights
     if room <= 0:
-        flags = "--decode-tp/--decode-ep" if parallel is not d.parallel else "--tp/--ep"
         raise ValueError(f"{flags}: {weights / 1e9:.1f} GB of weights per device do not fit in "
                          f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise {flags}")
     per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], parallel)
@@ -166,12 +166,12 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
     the flag when it cannot run."""
     split = d.disagg
     if split:
-        taken = split.prefill_replicas * d.parallel.devices + split.decode_replicas * d.decode_parallel.devices
+        taken = split.devices(d.parallel)
         if taken != d.num_gpus:
             raise ValueError(f"--num-gpus: {d.num_gpus} GPUs, but --disagg {split.prefill_replicas}:"
                              f"{split.decode_replicas} replicas of {d.parallel.devices} (prefill) and "
                              f"{d.decode_parallel.devices} (decode) devices take {taken}")
-        kv_blocks(arch, hw, d, d.decode_parallel)
+        kv_blocks(arch, hw, d, d.decode_parallel, "--decode-tp/--decode-ep")
     elif d.num_gpus % d.parallel.devices:
         raise ValueError(f"--num-gpus: {d.num_gpus} is not a multiple of the replica's {d.parallel.devices} devices")
     return kv_blocks(arch, hw, d, d.parallel)

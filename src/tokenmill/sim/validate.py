@@ -111,8 +111,8 @@ def parse_pools(text: str | None) -> Deployment | None:
         return None
     prefill, decode = parse_parallel(m[2]), parse_parallel(m[6])
     split = PoolSplit(int(m[1]), int(m[5]), decode_parallel=decode, decode_max_num_seqs=int(m[7]))
-    gpus = split.prefill_replicas * prefill.devices + split.decode_replicas * decode.devices
-    return Deployment(gpus, prefill, "", max_num_seqs=int(m[3]), max_num_batched_tokens=int(m[4]), disagg=split)
+    return Deployment(split.devices(prefill), prefill, "", max_num_seqs=int(m[3]), max_num_batched_tokens=int(m[4]),
+                      disagg=split)
 
 
 def row_workload(row: PublishedResult, num_requests: int, duration_s: float = MLPERF_MIN_DURATION_S) -> Workload:
