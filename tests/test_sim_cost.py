@@ -332,3 +332,30 @@ def test_fused_allreduce_overlaps_the_tensor_parallel_all_reduces():
     # Nothing to fuse without tensor parallelism (the all-to-alls of expert parallelism stay apart).
     one = step_cost(arch, chunk, Parallel(tp=1), "fp8", 1)
     assert step_time(one, h100, "fp8", fused_allreduce=True) == step_time(one, h100, "fp8")
+
+
+def test_routed_experts_stream_at_their_own_fraction_of_hbm():
+    from dataclasses import replace
+
+    from tokenmill.sim.hardware import EXPERT_WEIGHT_STREAM, Efficiency
+
+    gb300 = get_hardware("gb300")
+    assert gb300.efficiency.expert_stream == EXPERT_WEIGHT_STREAM
+    r1, shape = get_model("deepseek-r1"), StepShape(decode_contexts=(3000,) * 2048)
+    cost = step_cost(r1, shape, Parallel(tp=8, ep=8, attention_dp=True), "fp4", 1)
+    # Every expert of the rank is touched at 2,048 rows: its 32 of 256, all 58 MoE layers.
+    experts = 58 * 256 / 8 * model_shape(r1).expert_params * 0.5625
+    assert cost.expert_weight_bytes == pytest.approx(experts, rel=0.01)
+    assert 0 < cost.expert_weight_bytes < cost.weight_bytes
+    memory = step_time(cost, gb300, "fp4").memory_s
+    rest = cost.memory_bytes - cost.expert_weight_bytes
+    assert memory == pytest.approx((cost.expert_weight_bytes / EXPERT_WEIGHT_STREAM + rest / 0.75) / 8e12)
+    # None (a calibrated profile): the experts stream as the rest does.
+    plain = replace(gb300, efficiency=replace(gb300.efficiency, expert_stream=None))
+    assert step_time(cost, plain, "fp4").memory_s == pytest.approx(cost.memory_bytes / 0.75 / 8e12)
+    # A dense model has no routed experts: its step is the same under either profile.
+    dense = step_cost(get_model("llama3.1-8b"), shape, Parallel(), "fp4", 1)
+    assert dense.expert_weight_bytes == 0
+    assert step_time(dense, gb300, "fp4") == step_time(dense, plain, "fp4")
+    with pytest.raises(ValueError, match="expert_stream"):
+        Efficiency(expert_stream=0.0)

@@ -166,7 +166,8 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
     grid = [x / 20 for x in range(1, 21)]
     for overlap, mem, gemm in itertools.product((True, False), grid, grid):
         hw = replace(base, overlap=overlap, efficiency=Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0,
-                                                                  step_overhead_s=0.0, collective_latency_s=0.0))
+                                                                  step_overhead_s=0.0, collective_latency_s=0.0,
+                                                                  expert_stream=None))
         bare = np.array([step_time(c, hw, precision).total_s for c in costs])
         x = _nonnegative_fit(columns / measured[:, None], (measured - bare) / measured)
         error = float(np.max(np.abs((bare + columns @ x) / measured - 1)))
@@ -175,7 +176,8 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
             best = (error, Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0, step_overhead_s=float(per_step),
                                       eager_step_overhead_s=None if eager is None else float(eager),
                                       graph_max_rows=graph_max_rows if eager_steps else None,
-                                      seq_overhead_s=float(per_seq), collective_latency_s=0.0), overlap)
+                                      seq_overhead_s=float(per_seq), collective_latency_s=0.0,
+                                      expert_stream=None), overlap)  # no MoE layer timed: experts as the rest
     return best[1], best[0], best[2]
 
 

@@ -30,7 +30,8 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "this-machine profile; validate: simulate every published result the simulator "
                              "can express (sim/published.py) and print simulated vs published "
                              "(--num-requests per replica and batch size; --model: only that model's rows; "
-                             "--suite; --jobs; --out; --json)")
+                             "--suite; --jobs; --out; --json; --latency: the published Server runs' TPOT "
+                             "and TTFT at their own rates instead)")
     _add_deployment_args(parser.add_argument_group("what to simulate"))
     _add_workload_args(parser.add_argument_group("workload and scheduler"))
     _add_calibrate_args(parser.add_argument_group("calibrate"))
@@ -41,6 +42,10 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                         "(a long run interrupted keeps what it did)")
     v.add_argument("--suite", choices=("mlperf", "tensorrt-llm"), default=None,
                    help="only the MLPerf rows (on their datasets' lengths) or only TensorRT-LLM's (fixed ISL/OSL)")
+    v.add_argument("--latency", action="store_true",
+                   help="check latencies instead of throughput: simulate one instance of each published MLPerf "
+                        "DeepSeek-R1 Server run (sim/served_latency.py) at its own rate and query count, and "
+                        "print TPOT p50, TTFT p99 and the sequences in flight, published vs simulated")
 
 
 def _add_deployment_args(g) -> None:
@@ -387,6 +392,9 @@ def _table(f: dict) -> str:
 def _validate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    if args.latency:
+        return _validate_latency(args)
+
     from tokenmill.sim.published import RESULTS
     from tokenmill.sim.validate import table, validate
 
@@ -413,6 +421,32 @@ def _validate(args: argparse.Namespace) -> int:
                            "skipped": c.skipped or None, "source": c.row.source} for c in checked], indent=2))
     else:
         print(table(checked))
+    return 0
+
+
+def _validate_latency(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from tokenmill.sim.served_latency import RUNS, check_runs, latency_table
+
+    runs = tuple(r for r in RUNS if args.model in (None, r.model))
+    if not runs:
+        raise ValueError(f"--model: no published Server run of {args.model} with latencies (sim/served_latency.py)")
+    with tqdm(total=len(runs), desc="Simulating published Server runs", unit="run", leave=False) as bar:
+        checks = check_runs(runs, jobs=args.jobs, progress=bar.update)
+    text = latency_table(checks)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    if args.json:
+        print(json.dumps([{"org": c.run.org, "system": c.run.system, "hardware": c.run.hardware,
+                           "num_gpus": c.run.num_gpus, "qps": c.run.qps,
+                           "published": {"tpot_p50_ms": c.run.tpot_p50_ms, "tpot_p99_ms": c.run.tpot_p99_ms,
+                                         "ttft_p99_ms": c.run.ttft_p99_ms, "in_flight": c.run.in_flight},
+                           "simulated": {"tpot_p50_ms": c.tpot_p50_ms, "tpot_p99_ms": c.tpot_p99_ms,
+                                         "ttft_p99_ms": c.ttft_p99_ms, "in_flight": c.in_flight}}
+                          for c in checks], indent=2))
+    else:
+        print(text)
     return 0
 
 

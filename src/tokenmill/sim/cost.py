@@ -126,6 +126,8 @@ class StepCost:
     rows: int = 0
     """Rows of the forward (tokens computed): with ``decode_only``, what decides
     whether our engine replays the step as a CUDA graph (``Efficiency.graph_max_rows``)."""
+    expert_weight_bytes: float = 0.0
+    """Of ``weight_bytes``, the routed experts': streamed at ``Efficiency.expert_stream``."""
     attention_precision: str = "bf16"
     """What attention computes in: 'fp8' over an FP8 KV cache (Q quantized too, FP8
     MMA), else 'bf16' (``step_time`` falls back to bf16 where the device has no FP8)."""
@@ -276,14 +278,13 @@ def _flops(s: ModelShape, r: _Rows, window: _Rows, p: Parallel) -> tuple[float, 
     return gemm / devices, attn / devices
 
 
-def _weight_read(s: ModelShape, r: _Rows, p: Parallel, bpp: float) -> float:
-    """Weight bytes one device streams in the step: its non-expert shard, plus the
-    experts on its EP rank that at least one row is routed to (each read once)."""
+def _weight_read(s: ModelShape, r: _Rows, p: Parallel, bpp: float) -> tuple[float, float]:
+    """Weight bytes one device streams in the step, as (its non-expert shard, the experts on
+    its EP rank that at least one row is routed to, each read once)."""
     high = max(bpp, 2.0)
     non_expert = (s.dense_params * bpp + (s.lm_head_params + s.num_moe_layers * s.router_params) * high) / p.attn_tp
     touched = expected_distinct_experts(r.rows, s.num_experts, s.top_k) / p.ep
-    experts = s.num_moe_layers * touched * s.expert_params * _expert_bytes(s, bpp) / p.etp
-    return non_expert + experts
+    return non_expert, s.num_moe_layers * touched * s.expert_params * _expert_bytes(s, bpp) / p.etp
 
 
 def _activations(s: ModelShape, r: _Rows, devices: int) -> float:
@@ -335,7 +336,9 @@ def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: s
     kv_token = full_layers * s.kv_values_per_token * kv_dtype_bytes / p.dp / min(p.attn_tp, s.kv_heads)
     kv_window = s.num_sliding_layers * s.kv_values_per_token * kv_dtype_bytes / p.dp / min(p.attn_tp, s.kv_heads)
     ar, a2a, calls = _comm(s, r, p, precision)
-    return StepCost(gemm_flops=gemm, attention_flops=attn, weight_bytes=_weight_read(s, r, p, bpp),
+    non_expert, experts = _weight_read(s, r, p, bpp)
+    return StepCost(gemm_flops=gemm, attention_flops=attn, weight_bytes=non_expert + experts,
+                    expert_weight_bytes=experts,
                     kv_read_bytes=kv_token * r.kv_read_tokens + kv_window * window.kv_read_tokens,
                     kv_write_bytes=(kv_token + kv_window) * r.rows,
                     activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
@@ -362,6 +365,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     of them shows (each call's latency floor stays), and
     neither does the host's overhead (per step, plus per sequence in the step;
     a step run eagerly beside graph-replayed steps pays its own).
+    Routed experts' weights stream at ``eff.expert_stream`` of HBM (grouped GEMMs of a few
+    rows per expert read far below the rate dense layers reach), the rest at ``eff.memory``.
     GEMMs run at ``precision``; attention at ``cost.attention_precision`` where the
     device has it (FP8 over an FP8 KV cache), else bf16. A replica larger than the
     NVLink domain communicates at scale-out bandwidth."""
@@ -373,7 +378,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     attn_rate = hardware.flops[attn] * eff.attention_for(attn)
     compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision))
                + cost.attention_flops / attn_rate)
-    memory = cost.memory_bytes / (hardware.memory_bw * eff.memory)
+    experts = cost.expert_weight_bytes / (eff.expert_stream or eff.memory)
+    memory = (experts + (cost.memory_bytes - cost.expert_weight_bytes) / eff.memory) / hardware.memory_bw
     link = (hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw) * eff.comm
     eager = eff.eager_step_overhead_s is not None and not eff.replays(cost)
     overhead = (eff.eager_step_overhead_s if eager else eff.step_overhead_s) + eff.seq_overhead_s * cost.sequences

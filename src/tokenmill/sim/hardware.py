@@ -37,6 +37,18 @@ FlashAttention-3 reaches ~0.75 of the H100's bf16 peak and ~0.61 of its FP8 peak
 and 1.2 PFLOP/s; Shah et al., 2024): FP8 keeps 0.81 of bf16's share, so 0.5 (the bf16 default)
 x 0.81 = 0.4, i.e. 1.6x the bf16 attention rate. Not measured here."""
 
+EXPERT_WEIGHT_STREAM = 0.23
+"""The fraction of HBM bandwidth at which MoE layers stream their routed experts' weights
+(``Efficiency.expert_stream``). A decode step's grouped GEMMs run each expert on the few rows
+routed to it (rows x top_k / experts: tens to a few hundred), where published kernels read their
+weights far below the HBM rate: a gpt-oss-120b MoE layer on an H100 (Triton, MXFP4, batch 256)
+streams its 1.7 GB in 2.13 ms, 0.24 of 3.35 TB/s (vllm-project/vllm PR 39902); Blackwell FP4
+GEMMs at such row counts 0.16-0.32 of 8 TB/s (M = 1: 1.78 TB/s, flashinfer-ai/flashinfer issue
+1732; M = 8-32: ~2.5 TB/s, vllm-project/vllm PR 42235; M = 64-256: ~1.25 TB/s, vllm-project/vllm
+PR 20646). 0.23 is the median of the four. The published DeepSeek-R1 Server runs' steps agree
+(docs/SIMULATOR.md "The step at the published rates"); DeepGEMM's FP8 masked grouped GEMM reads
+faster (0.61 of an H800's HBM at 256 rows per expert): the best kernels beat this figure."""
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -71,6 +83,10 @@ class Efficiency:
     """Attention's fraction for the precisions listed (of that precision's peak), in place of
     ``attention``, where it computes in them (``StepCost.attention_precision``). Default:
     ``FP8_ATTENTION``."""
+    expert_stream: float | None = EXPERT_WEIGHT_STREAM
+    """The fraction of HBM bandwidth at which routed-expert weights stream
+    (``StepCost.expert_weight_bytes``), in place of ``memory``; None: ``memory``
+    (a calibrated profile, whose microbenchmarks time no MoE layer)."""
     comm: float = 0.7
     """NCCL all-reduce bus bandwidth on NVLink reaches ~70-85% of the link rate
     for large messages; serving messages are small, so the low end."""
@@ -115,6 +131,8 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         values = {name: getattr(self, name) for name in ("gemm", "memory", "attention", "comm")}
+        if self.expert_stream is not None:
+            values["expert_stream"] = self.expert_stream
         for table in ("gemm_by_precision", "attention_by_precision"):
             by_precision = getattr(self, table)
             values.update({f"{table}[{k}]": v for k, v in by_precision.items()})

@@ -1,0 +1,158 @@
+"""Published MLPerf Server runs' latencies at their own rates: what ``sim validate --latency`` checks.
+
+A Server run's log states, beside its throughput, the rate LoadGen scheduled and what the engine
+served at that rate: TTFT and TPOT percentiles. The throughput rows (sim/published.py) check the
+rate a deployment sustains; these check the step underneath it. By Little's law a run held
+(completed tokens/s x mean TPOT) sequences in flight, each decoding one token per step, so the
+published pair (sequences in flight, TPOT) is one point of the engine's step time against its batch.
+Submitters choose their rates below the limits too (CoreWeave's 8 x GB300 run at 12.03 QPS,
+Nebius's at 17.41, on the same per-GPU config), which gives several points per hardware kind.
+
+The check simulates one instance of the run's deployment (its published layout, batch per GPU and
+per-rank token budget) fed its share of the run's rate (Poisson: a random share of a Poisson stream
+is one), as many queries as its share of the log's count, and compares TPOT p50, TTFT p99 and the
+sequences in flight. Every record below is from the MLPerf Inference v6.0 results repository
+(mirrored at gbeezybez/inference_results_v6.0 @232fbf9): ``closed/<org>/results/<system>/deepseek-r1/
+Server/performance/run_1/mlperf_log_summary.txt`` for the figures, ``closed/<org>/configs/<system
+without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the token budget
+(``max_num_tokens``); every one of these configs runs TP8 EP8 attention DP per 8-GPU instance with
+``enable_chunked_context: False``. The B300 systems' runs are left out (no B300 profile).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from tokenmill.sim.cost import Parallel
+from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.mlperf_lengths import dataset_means
+from tokenmill.sim.models import get_model
+from tokenmill.sim.predict import Deployment, Workload, predict
+from tokenmill.sim.scenarios import MLPERF_MIN_DURATION_S
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    """One published Server run: its deployment, its rate and what it served."""
+
+    org: str
+    system: str
+    hardware: str
+    num_gpus: int
+    qps: float
+    """LoadGen's "Scheduled samples per second", the whole system's."""
+    completed_qps: float
+    """Its "Completed samples per second" (below ``qps`` where the run ended with queries in flight)."""
+    queries: int
+    """The log's min_query_count, the whole system's."""
+    tokens_per_s: float
+    """"Completed tokens per second", the whole system's."""
+    tpot_mean_ms: float
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    ttft_p99_ms: float
+    batch_per_gpu: int
+    """The config's gpu_batch_size (TensorRT-LLM's max_batch_size per attention-DP rank)."""
+    max_num_tokens: int
+    """The config's per-rank step budget."""
+    model: str = "deepseek-r1"
+    instance_gpus: int = 8
+    parallel: Parallel = Parallel(tp=8, ep=8, attention_dp=True)
+    precision: str = "fp4"
+
+    @property
+    def instances(self) -> int:
+        return self.num_gpus // self.instance_gpus
+
+    @property
+    def in_flight(self) -> float:
+        """Sequences per instance by Little's law: tokens/s x mean TPOT (one token per step each)."""
+        return self.tokens_per_s / self.instances * self.tpot_mean_ms / 1e3
+
+
+_GB300 = "GB300-NVL72_GB300-288GB_aarch64"
+_GB200 = "GB200-NVL72_GB200-186GB_aarch64"
+
+# (org, system, hardware, GPUs; scheduled and completed QPS, queries, completed tokens/s, TPOT mean / p50 /
+# p99 ms, TTFT p99 ms, batch per GPU, per-rank max_num_tokens)
+RUNS: tuple[ServedRun, ...] = (
+    ServedRun("Nebius", f"{_GB300}x8_TRT", "gb300", 8,
+              17.41, 17.18, 105_312, 64_509.99, 72.42, 76.02, 77.71, 1_427.7, 640, 4608),
+    ServedRun("CoreWeave", f"{_GB300}x8_TRT", "gb300", 8,
+              12.03, 11.88, 105_312, 44_589.69, 57.01, 58.10, 59.67, 776.3, 640, 4608),
+    ServedRun("Nebius", f"{_GB300}x72_TRT", "gb300", 72,
+              165.04, 153.33, 219_400, 575_579.74, 62.55, 63.00, 77.88, 1_014.8, 640, 3456),
+    ServedRun("NVIDIA", f"{_GB300}x72_TRT", "gb300", 72,
+              110.02, 106.66, 219_400, 400_436.77, 56.15, 57.68, 76.06, 1_001.9, 640, 3456),
+    ServedRun("NVIDIA", f"{_GB300}x288_TRT", "gb300", 288,
+              429.73, 414.63, 1_053_120, 1_555_108.58, 61.51, 55.53, 60.64, 742.5, 640, 3456),
+    ServedRun("NVIDIA", f"{_GB200}x72_TRT", "gb200", 72,
+              110.06, 89.59, 210_624, 336_106.48, 58.31, 59.96, 79.34, 1_158.9, 512, 3456),
+    ServedRun("CoreWeave", f"{_GB200}x64_TRT", "gb200", 64,
+              96.05, 83.08, 210_624, 311_531.04, 56.62, 59.32, 67.51, 974.5, 512, 3456),
+    ServedRun("Google", f"{_GB200}x72_TRT", "gb200", 72,
+              45.02, 42.45, 210_624, 156_781.10, 51.11, 53.59, 60.06, 920.5, 512, 3456),
+    ServedRun("Nebius", "nebius_b200_n1", "b200", 8,
+              14.03, 13.81, 105_312, 51_692.89, 71.86, 73.83, 76.62, 1_195.0, 640, 4608),
+    ServedRun("Dell", "XE9780_x86_B200-SXM-180GBx8_TRT", "b200", 8,
+              11.10, 10.95, 26_382, 40_949.45, 60.14, 63.59, 66.82, 877.2, 512, 3456),
+    ServedRun("Google", "B200-SXM-180GBx8_TRT", "b200", 8,
+              11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456),
+)
+
+
+@dataclass(frozen=True)
+class LatencyCheck:
+    run: ServedRun
+    tpot_p50_ms: float
+    tpot_p99_ms: float
+    ttft_p99_ms: float
+    in_flight: float
+    """The simulated instance's mean running batch."""
+
+    @property
+    def tpot_ratio(self) -> float:
+        return self.tpot_p50_ms / self.run.tpot_p50_ms
+
+
+def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> LatencyCheck:
+    """One instance of ``run`` at its share of the published rate and count."""
+    isl, osl, osl_max = dataset_means(run.model)
+    d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.batch_per_gpu * run.instance_gpus,
+                   max_num_batched_tokens=run.max_num_tokens)
+    w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
+                 target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
+    f = predict(get_model(run.model), get_hardware(run.hardware), d, w)
+    return LatencyCheck(run, f["tpot_ms"]["p50"], f["tpot_ms"]["p99"], f["ttft_ms"]["p99"], f["mean_batch_size"])
+
+
+def check_runs(runs: tuple[ServedRun, ...] = RUNS, jobs: int = 1, progress=None) -> list[LatencyCheck]:
+    """``check_run`` over ``runs`` (``jobs`` processes), in their order."""
+    if jobs <= 1:
+        out = []
+        for run in runs:
+            out.append(check_run(run))
+            if progress:
+                progress(1)
+        return out
+    with ProcessPoolExecutor(jobs) as pool:
+        futures = [pool.submit(check_run, run) for run in runs]
+        out = []
+        for future in futures:
+            out.append(future.result())
+            if progress:
+                progress(1)
+        return out
+
+
+def latency_table(checks: list[LatencyCheck]) -> str:
+    lines = ["| system | GPUs | QPS per instance | in flight, published / simulated | TPOT p50 ms, published / "
+             "simulated | sim / published | TTFT p99 ms, published / simulated |",
+             "|---|---|---|---|---|---|---|"]
+    for c in checks:
+        r = c.run
+        lines.append(f"| {r.org} {r.system} ({r.hardware}) | {r.num_gpus} | {r.qps / r.instances:.2f} | "
+                     f"{r.in_flight:,.0f} / {c.in_flight:,.0f} | {r.tpot_p50_ms:.1f} / {c.tpot_p50_ms:.1f} | "
+                     f"{c.tpot_ratio:.2f} | {r.ttft_p99_ms:,.0f} / {c.ttft_p99_ms:,.0f} |")
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""The published Server runs' latencies (sim/served_latency.py) and their check: the records as
+transcribed, one short simulated instance, and the CLI's refusal of a model without records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tokenmill.sim.mlperf_lengths import dataset_means
+from tokenmill.sim.served_latency import RUNS, check_run, latency_table
+
+
+def test_records_agree_with_themselves_and_the_dataset():
+    _, osl, _ = dataset_means("deepseek-r1")
+    for run in RUNS:
+        assert run.num_gpus % run.instance_gpus == 0
+        # Completed tokens over completed queries: the dataset's published output mean (a typo shows here).
+        assert run.tokens_per_s / run.completed_qps == pytest.approx(osl, rel=0.05), run.system
+        assert run.completed_qps <= run.qps
+        assert run.tpot_p50_ms <= run.tpot_p99_ms and run.ttft_p99_ms < 2000  # MLPerf's 2 s TTFT limit
+        assert run.tpot_p99_ms <= 80  # and its 80 ms TPOT limit
+        # Little's law: tokens/s x mean TPOT, per instance; never more than the batch limit allows.
+        assert 0 < run.in_flight <= run.batch_per_gpu * run.instance_gpus
+    nebius = next(r for r in RUNS if r.org == "Nebius" and r.num_gpus == 8)
+    assert nebius.in_flight == pytest.approx(64_509.99 * 0.07242, rel=1e-6)
+
+
+def test_a_higher_rate_holds_more_sequences_at_a_longer_tpot():
+    base = next(r for r in RUNS if r.org == "CoreWeave" and r.hardware == "gb300")
+    low, high = (check_run(replace(base, qps=q, queries=q * 40), duration_s=40) for q in (2.0, 6.0))
+    assert 0 < low.in_flight < high.in_flight
+    assert 0 < low.tpot_p50_ms < high.tpot_p50_ms < 200
+    assert low.ttft_p99_ms > 0
+    table = latency_table([low, high])
+    assert table.count("\n") == 3 and "CoreWeave" in table
+
+
+def test_cli_names_the_flag_when_a_model_has_no_records(capsys):
+    from tokenmill.cli import main
+
+    assert main(["sim", "validate", "--latency", "--model", "llama3.1-8b"]) != 0
+    assert "--model: no published Server run of llama3.1-8b" in capsys.readouterr().err
