@@ -359,3 +359,15 @@ def test_routed_experts_stream_at_their_own_fraction_of_hbm():
     assert step_time(dense, gb300, "fp4") == step_time(dense, plain, "fp4")
     with pytest.raises(ValueError, match="expert_stream"):
         Efficiency(expert_stream=0.0)
+
+
+def test_one_gemm_is_priced_close_to_deepgemms_published_h800_table():
+    import statistics
+
+    from benchmarks.sim_gemm_kernels import CONTIGUOUS, DENSE, MASKED, modelled_seconds
+
+    ratios = [modelled_seconds(g, m, n, k) / (2.0 * g * m * n * k / (t * 1e12))
+              for g, m, n, k, t in DENSE + CONTIGUOUS + MASKED]
+    assert len(ratios) == 28
+    assert 0.95 <= statistics.median(ratios) <= 1.15  # 1.05 on 2026-11-28
+    assert 0.65 <= min(ratios) and max(ratios) <= 1.4  # 0.69-1.33: small-N latency floors, DeepGEMM's faster peak
