@@ -43,6 +43,18 @@ def test_check_row_simulates_the_best_batch():
     assert wider.simulated == pytest.approx(checked.simulated, rel=1e-6)
 
 
+def test_a_stated_concurrency_is_simulated_as_stated():
+    # Two replicas of TP1 at a stated concurrency of 48: 24 each, whatever the search's choices.
+    stated = check_row(_row(num_gpus=2, num_requests=96, max_num_seqs=48, max_num_batched_tokens=512),
+                       num_requests=64, seq_choices=(16, 64))
+    assert stated.max_num_seqs == 24 and stated.simulated > 0
+    searched = check_row(_row(num_gpus=2, num_requests=96), num_requests=64, seq_choices=(16, 64))
+    assert searched.max_num_seqs in (16, 48) and searched.simulated != stated.simulated
+    guide = [r for r in RESULTS if r.max_num_seqs]
+    assert {r.max_num_seqs for r in guide} == {3072, 7168, 1024}
+    assert all(r.num_requests and r.max_num_batched_tokens for r in guide)
+
+
 @pytest.mark.parametrize("kw, reason", [
     (dict(model="mixtral-8x7b"), "not in the simulator"),
     (dict(isl=None, osl=None, dataset="gpt-oss-120b", scenario="offline"), "input lengths not published"),

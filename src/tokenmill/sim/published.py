@@ -55,6 +55,11 @@ class PublishedResult:
     """Requests (Offline: samples; Server: queries) in the measured run, where the source states
     it: TensorRT-LLM's tables, every MLPerf log. A finite run's throughput includes its ramp-up and
     drain, and a Server run's latency tails grow with its length: the simulation runs as many."""
+    max_num_seqs: int | None = None
+    """The concurrency the source ran (trtllm-bench ``--concurrency``), where it states one: the
+    check simulates that batch (as much of it as the KV cache holds) instead of searching."""
+    max_num_batched_tokens: int | None = None
+    """The source's per-rank step budget (``--max_num_tokens``), where it states one."""
     fused_allreduce: bool = False
     """The run fused its tensor-parallel all-reduces into the GEMMs: its config sets
     TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED or TensorRT-LLM's gemm_allreduce_plugin (read in the
@@ -201,7 +206,7 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
     text = f"{total:,} tok/s total / {n} GPUs; {queries:,} {'samples' if scenario == 'Offline' else 'queries'}"
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
-                           f"{rnd}: {path}", text, queries, fused)
+                           f"{rnd}: {path}", text, queries, fused_allreduce=fused)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
@@ -386,13 +391,17 @@ RESULTS: tuple[PublishedResult, ...] = (
     _trt_total("llama3.1-405b", "h200", 8, "fp8", 1000, 1000, 3330, "TP8"),
     _trt_total("llama3.1-405b", "b200", 4, "fp4", 1000, 1000, 5209, "TP4"),
     _trt_total("llama3.1-405b", "gb200", 4, "fp4", 1000, 1000, 5389, "TP4"),
-    # TensorRT-LLM DeepSeek-R1 guide, max-throughput runs on 8 GPUs
+    # TensorRT-LLM DeepSeek-R1 guide, max-throughput runs on 8 GPUs: each section's trtllm-bench command
+    # states its concurrency, per-rank token budget and request count.
     PublishedResult("deepseek-r1", "b200", 8, "fp4", "throughput", 1024, 2048, None, 4548.0105,
-                    "TP8 EP8 attention-DP", _TRT_DSR1, "FP16 KV cache, concurrency 3072, commit b6261862"),
+                    "TP8 EP8 attention-DP", _TRT_DSR1, "FP16 KV cache (simulated in FP8), concurrency 3072, "
+                    "--max_num_tokens 1536, commit b6261862", 49152, max_num_seqs=3072, max_num_batched_tokens=1536),
     PublishedResult("deepseek-r1", "b200", 8, "fp4", "throughput", 1024, 2048, None, 5393.2755,
                     "TP8 EP8 attention-DP", _TRT_DSR1,
-                    "R1-0528 with FP8 KV cache, concurrency 7168; the section does not restate ISL/OSL, but its "
-                    "totals give 2,048 output and about 1,042 input tokens per request"),
+                    "R1-0528 with FP8 KV cache, concurrency 7168, --max_num_tokens 2048; the section does not "
+                    "restate ISL/OSL, but its totals give 2,048 output and about 1,042 input tokens per request",
+                    114688, max_num_seqs=7168, max_num_batched_tokens=2048),
     PublishedResult("deepseek-r1", "h200", 8, "fp8", "throughput", 1024, 2048, None, 1436.1584,
-                    "TP8 EP8 attention-DP", _TRT_DSR1, "concurrency 1024, synthetic dataset"),
+                    "TP8 EP8 attention-DP", _TRT_DSR1, "concurrency 1024, --max_num_tokens 1151, synthetic dataset",
+                    5120, max_num_seqs=1024, max_num_batched_tokens=1151),
 )

@@ -30,7 +30,9 @@ Batch size: a max-throughput run is measured at the batch its engine was
 tuned to, so each row is simulated at every ``max_num_seqs`` of the
 deployment search (sim/search.py ``SEQ_CHOICES``; per device under attention
 DP) that the KV cache holds whole, and at that limit (larger batches would
-only preempt), and the best is kept. A TensorRT-LLM row
+only preempt), and the best is kept; a row whose source states its concurrency
+and step budget (``PublishedResult.max_num_seqs``, ``max_num_batched_tokens``:
+the trtllm-bench commands of TensorRT-LLM's DeepSeek-R1 guide) runs at those. A TensorRT-LLM row
 simulates the request count its source states (1,000-3,000 requests), ramp-up
 and drain included, as the published figure does. An MLPerf row first runs
 ``--num-requests`` per replica (at least two batches) at each batch as a
@@ -184,7 +186,8 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
     order for the timed runs (``_timed_offline``, ``_peak``)."""
     out, why = [], "no layout fits"
     for parallel in parallels:
-        base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce)
+        base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce,
+                          max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
         except ValueError as e:  # the weights do not fit
@@ -199,7 +202,10 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
         # above it. (An MLPerf row's count is its timed run's, Workload.min_queries.)
         measured = -(-row.num_requests // base.replicas) if row.num_requests and row.dataset is None else None
         top = min(fit, max(seq_choices) * per, measured or fit)
-        for seqs in sorted({s * per for s in seq_choices if s * per <= top} | {top}):
+        choices = {s * per for s in seq_choices if s * per <= top} | {top}
+        if row.max_num_seqs:  # the source's own concurrency, per replica: no search
+            choices = {min(fit, -(-row.max_num_seqs // base.replicas))}
+        for seqs in sorted(choices):
             d = replace(base, max_num_seqs=seqs)
             requests = measured or max(workload.num_requests, 2 * seqs)
             short = replace(workload, scenario="offline", num_requests=requests, duration_s=None)
