@@ -78,8 +78,12 @@ def test_sliding_window_cuts_long_context_attention():
     assert windowed.attention_flops / unwindowed.attention_flops == pytest.approx(0.5, abs=0.003)
     assert windowed.kv_read_bytes / unwindowed.kv_read_bytes == pytest.approx(0.5, abs=0.003)
     assert windowed.gemm_flops == unwindowed.gemm_flops and windowed.kv_write_bytes == unwindowed.kv_write_bytes
+    # The step is shorter by (nearly) the time of the KV reads the window saves; the experts' weights,
+    # streamed either way, are most of what is left.
     h100 = get_hardware("h100")
-    assert step_time(windowed, h100, "fp8").total_s < 0.8 * step_time(unwindowed, h100, "fp8").total_s
+    saved = (unwindowed.kv_read_bytes - windowed.kv_read_bytes) / (h100.memory_bw * h100.efficiency.memory)
+    gain = step_time(unwindowed, h100, "fp8").total_s - step_time(windowed, h100, "fp8").total_s
+    assert 0.8 * saved < gain <= saved * 1.01
     # Inside the window the two are the same model.
     short = StepShape(decode_contexts=(100,) * 64)
     assert (step_cost(OSS, short, Parallel(), "fp8", 1).attention_flops
