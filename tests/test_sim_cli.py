@@ -108,6 +108,17 @@ def test_this_machine_without_a_profile_names_the_command(tmp_path, monkeypatch,
     assert "tokenmill sim calibrate" in capsys.readouterr().err
 
 
+def test_a_profile_written_before_the_expert_stream_rate_streams_experts_as_the_rest(tmp_path, monkeypatch):
+    import tokenmill.sim.calibrate as calibrate
+    from tokenmill.sim.hardware import get_hardware
+
+    old = get_hardware("h100").to_dict()
+    del old["efficiency"]["expert_stream"]  # as profiles written before 2026-11-28 are
+    monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "this-machine.json")
+    (tmp_path / "this-machine.json").write_text(json.dumps(old))
+    assert calibrate.load_this_machine().efficiency.expert_stream is None
+
+
 def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys):
     import tokenmill.sim.calibrate as calibrate
 

@@ -44,7 +44,10 @@ DEFAULT_PRICE_PER_HOUR = 0.10
 def load_this_machine() -> Hardware:
     if not PROFILE_PATH.is_file():
         raise ValueError(f"--hardware: no this-machine profile at {PROFILE_PATH}; run `tokenmill sim calibrate` first")
-    return Hardware.from_dict(json.loads(PROFILE_PATH.read_text()))
+    d = json.loads(PROFILE_PATH.read_text())
+    # Profiles written before routed experts had their own stream rate stream them as the rest.
+    d.setdefault("efficiency", {}).setdefault("expert_stream", None)
+    return Hardware.from_dict(d)
 
 
 def _cpu_name() -> str:
