@@ -22,6 +22,7 @@ without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from tokenmill.sim.cost import Parallel
@@ -128,19 +129,11 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
 
 
 def check_runs(runs: tuple[ServedRun, ...] = RUNS, jobs: int = 1, progress=None) -> list[LatencyCheck]:
-    """``check_run`` over ``runs`` (``jobs`` processes), in their order."""
-    if jobs <= 1:
+    """``check_run`` over ``runs`` (``jobs`` processes), in their order; ``progress(1)`` after each."""
+    with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool:
         out = []
-        for run in runs:
-            out.append(check_run(run))
-            if progress:
-                progress(1)
-        return out
-    with ProcessPoolExecutor(jobs) as pool:
-        futures = [pool.submit(check_run, run) for run in runs]
-        out = []
-        for future in futures:
-            out.append(future.result())
+        for check in (pool.map if pool else map)(check_run, runs):
+            out.append(check)
             if progress:
                 progress(1)
         return out
