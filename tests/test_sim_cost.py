@@ -13,6 +13,7 @@ from tokenmill.model.arch import ModelArch
 from tokenmill.model.moe import MoEConfig
 from tokenmill.sim.cost import (
     Parallel,
+    ep_imbalance,
     expected_distinct_experts,
     kv_bytes_per_token,
     step_cost,
@@ -123,6 +124,24 @@ def test_moe_weight_bytes_follow_rows_and_ep():
     ep = step_cost(moe, StepShape(decode_contexts=(5,) * 512), Parallel(ep=2, tp=2, attention_dp=True), "bf16", 2)
     assert ep.alltoall_bytes > 0 and ep.allreduce_bytes == 0
     assert many.weight_bytes - ep.weight_bytes == pytest.approx(expert_bytes * 8 / 2, rel=1e-6)
+
+
+def test_all_to_all_sends_a_token_once_per_remote_rank_in_the_gemm_precision():
+    from tokenmill.sim.cost import remote_ranks_per_token
+
+    # 8 experts over 2 ranks, top 2: the other rank owns neither with P = C(4,2)/C(8,2) = 6/28.
+    assert remote_ranks_per_token(2, 8, 2) == pytest.approx(1 - 6 / 28)
+    assert remote_ranks_per_token(8, 256, 1) == pytest.approx(7 / 8)  # top-1: the plain remote share
+    assert remote_ranks_per_token(1, 256, 8) == 0.0
+    assert 4.5 < remote_ranks_per_token(8, 256, 8) < 4.7  # DeepSeek-R1 over EP8: not 8 x 7/8 = 7
+    r1, layout = get_model("deepseek-r1"), Parallel(tp=1, ep=8, attention_dp=True)
+    shape, s = StepShape(decode_contexts=(1000,) * 512), model_shape(r1)
+    per_token = {p: step_cost(r1, shape, layout, p, 1).alltoall_bytes / (512 / 8) for p in ("bf16", "fp8", "fp4")}
+    scale = s.num_moe_layers * remote_ranks_per_token(8, 256, 8) * s.hidden * ep_imbalance(8, 256)
+    # Dispatch in the GEMMs' precision (NVFP4 with its scales: 0.5625 bytes), combine in bf16.
+    assert per_token["fp4"] == pytest.approx(scale * (0.5625 + 2), rel=1e-9)
+    assert per_token["fp8"] == pytest.approx(scale * 3, rel=1e-9)
+    assert per_token["bf16"] == pytest.approx(scale * 4, rel=1e-9)
 
 
 def test_tp2_halves_weights_and_adds_allreduce():

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from tokenmill.sim.mlperf_lengths import dataset_means
-from tokenmill.sim.served_latency import RUNS, check_run, latency_table
+from tokenmill.sim.served_latency import RUNS, check_run, latency_table, step_at_published_batch
 
 
 def test_records_agree_with_themselves_and_the_dataset():
@@ -34,6 +34,19 @@ def test_a_higher_rate_holds_more_sequences_at_a_longer_tpot():
     assert low.ttft_p99_ms > 0
     table = latency_table([low, high])
     assert table.count("\n") == 3 and "CoreWeave" in table
+
+
+def test_the_step_at_the_published_batch_grows_with_the_batch_and_its_prompts():
+    base = next(r for r in RUNS if r.org == "CoreWeave" and r.hardware == "gb300")
+    step = step_at_published_batch(base, steps=20)
+    assert step == step_at_published_batch(base, steps=20)  # seeded
+    # Twice the sequences in flight (tokens/s doubled at the same TPOT): a longer step, not twice as long
+    # (the experts' weights are read once per step whatever the batch).
+    double = step_at_published_batch(replace(base, tokens_per_s=2 * base.tokens_per_s), steps=20)
+    assert step < double < 2 * step
+    # Prompts arriving 20x as fast: more prefill rows per step, a longer mean step.
+    assert step_at_published_batch(replace(base, completed_qps=20 * base.completed_qps), steps=20) > step
+    assert 20 < step < 200
 
 
 def test_cli_names_the_flag_when_a_model_has_no_records(capsys):

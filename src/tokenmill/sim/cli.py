@@ -45,7 +45,8 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     v.add_argument("--latency", action="store_true",
                    help="check latencies instead of throughput: simulate one instance of each published MLPerf "
                         "DeepSeek-R1 Server run (sim/served_latency.py) at its own rate and query count, and "
-                        "print TPOT p50, TTFT p99 and the sequences in flight, published vs simulated")
+                        "print TPOT p50, TTFT p99 and the sequences in flight, published vs simulated, and the "
+                        "cost model's step with the published run's own sequences in flight against its mean TPOT")
 
 
 def _add_deployment_args(g) -> None:
@@ -441,9 +442,11 @@ def _validate_latency(args: argparse.Namespace) -> int:
         print(json.dumps([{"org": c.run.org, "system": c.run.system, "hardware": c.run.hardware,
                            "num_gpus": c.run.num_gpus, "qps": c.run.qps,
                            "published": {"tpot_p50_ms": c.run.tpot_p50_ms, "tpot_p99_ms": c.run.tpot_p99_ms,
-                                         "ttft_p99_ms": c.run.ttft_p99_ms, "in_flight": c.run.in_flight},
+                                         "tpot_mean_ms": c.run.tpot_mean_ms, "ttft_p99_ms": c.run.ttft_p99_ms,
+                                         "in_flight": c.run.in_flight},
                            "simulated": {"tpot_p50_ms": c.tpot_p50_ms, "tpot_p99_ms": c.tpot_p99_ms,
-                                         "ttft_p99_ms": c.ttft_p99_ms, "in_flight": c.in_flight}}
+                                         "ttft_p99_ms": c.ttft_p99_ms, "in_flight": c.in_flight,
+                                         "step_at_published_batch_ms": c.step_at_published_ms}}
                           for c in checks], indent=2))
     else:
         print(text)

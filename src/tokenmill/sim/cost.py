@@ -179,6 +179,19 @@ def expected_distinct_experts(rows: int, num_experts: int, top_k: int) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** rows)
 
 
+def remote_ranks_per_token(ep: int, num_experts: int, top_k: int) -> float:
+    """Other EP ranks a token's ``top_k`` distinct experts land on (experts spread evenly,
+    ``num_experts / ep`` per rank; a token's experts drawn uniformly without replacement):
+    (ep - 1) x P(a given rank owns at least one). DeepSeek-R1 over EP8: 4.6 of 7; top_k 1: (ep-1)/ep."""
+    if ep <= 1 or num_experts == 0:
+        return 0.0
+    per_rank = num_experts / ep
+    miss = 1.0  # P(none of the top_k lands on a given rank) = C(E - E/ep, k) / C(E, k)
+    for i in range(min(top_k, num_experts)):
+        miss *= max(num_experts - per_rank - i, 0.0) / (num_experts - i)
+    return (ep - 1) * (1.0 - miss)
+
+
 def ep_imbalance(ep: int, num_experts: int, cv: float = EXPERT_LOAD_CV) -> float:
     """Busiest expert-parallel rank's tokens over the mean rank's. A rank holds
     E/ep experts, so its load's CV is cv / sqrt(E/ep) if experts' loads are
@@ -300,9 +313,12 @@ def _comm(s: ModelShape, r: _Rows, p: Parallel, precision: str) -> tuple[float, 
     All-reduce (ring, per device 2(n-1)/n x payload): after attention and after each
     dense MLP over attn_tp for the group's rows/dp; after each MoE layer over etp when
     experts are tensor-split (payload rows x etp/devices). All-to-all per MoE layer
-    when ep > 1: each device dispatches its rows/devices tokens to top_k experts, a
-    fraction (ep-1)/ep of them remote, and gets as much back in combine. Dispatch
-    goes in fp8 for fp8/fp4 models (DeepEP's low-latency kernels), combine in bf16."""
+    when ep > 1: each device dispatches its rows/devices tokens once to every other EP
+    rank owning one of their top_k experts (``remote_ranks_per_token``: TensorRT-LLM's
+    rank-major NVLink all-to-all sends a token at most once per target rank), and gets
+    one partial sum per such rank back in combine. Dispatch carries the activations
+    quantized as the GEMMs take them (post-quant dispatch: fp8 1 byte, NVFP4 0.5625 bytes
+    per element with its scales), combine bf16 (both as TensorRT-LLM's tech blog 18)."""
     def ring(n: int, rows: float) -> float:
         return 2.0 * (n - 1) / n * rows * s.hidden * ACT_BYTES
 
@@ -316,9 +332,10 @@ def _comm(s: ModelShape, r: _Rows, p: Parallel, precision: str) -> tuple[float, 
         calls += s.num_moe_layers
     a2a = 0.0
     if s.num_moe_layers and p.ep > 1:
-        dispatch = 1.0 if precision in ("fp8", "fp4") else ACT_BYTES
+        dispatch = min(PRECISION_BYTES[precision], ACT_BYTES)
         # The busiest rank receives (and sends back) ep_imbalance times the mean's tokens.
-        sent = r.rows / p.devices * s.top_k * s.hidden * (p.ep - 1) / p.ep * ep_imbalance(p.ep, s.num_experts)
+        sent = (r.rows / p.devices * remote_ranks_per_token(p.ep, s.num_experts, s.top_k) * s.hidden
+                * ep_imbalance(p.ep, s.num_experts))
         a2a = s.num_moe_layers * sent * (dispatch + ACT_BYTES)
         calls += 2 * s.num_moe_layers
     return ar, a2a, calls

@@ -315,7 +315,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
     return {
         "tokens_per_s_per_gpu": per_gpu, "tokens_per_s": total,
         "ttft_ms": {"p50": result.ttft_ms.p50, "p99": result.ttft_ms.p99},
-        "tpot_ms": {"p50": tpot.p50, "p99": tpot.p99} if tpot is not None else None,
+        "tpot_ms": {"p50": tpot.p50, "p99": tpot.p99, "mean": tpot.mean} if tpot is not None else None,
         "qps": qps * share if qps is not None else None,
         "cost_per_million_tokens": cost,
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
