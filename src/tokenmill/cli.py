@@ -58,10 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="predict a deployment's throughput, latency and cost (no model is run)",
                          description="Simulate our engine's scheduler over a cost model of each step on a hardware "
                                      "profile: tokens/s (per GPU), TTFT/TPOT percentiles, peak Server QPS, cost. "
-                                     "`tokenmill sim validate` compares it with published results: Offline runs of "
-                                     "dense models mostly within 25%, MoE models and long-output Server runs not yet "
-                                     "(docs/SIMULATOR.md). `tokenmill sim calibrate` fits a this-machine profile to "
-                                     "the engine here.")
+                                     "`tokenmill sim validate` compares it with published results: most rows of "
+                                     "TensorRT-LLM's tables and DeepSeek-R1's and Llama-3.1-405B's MLPerf v6.0 rows "
+                                     "within 25%; rack-scale DeepSeek-R1 Server runs, gpt-oss on Hopper and older "
+                                     "software rounds not (docs/SIMULATOR.md). `tokenmill sim calibrate` fits a "
+                                     "this-machine profile to the engine here.")
     add_sim_args(sim)
     sim.set_defaults(func=cmd_sim)
     return parser

@@ -1,9 +1,10 @@
 """``tokenmill sim``: predict one deployment's throughput, latency and cost.
 
 Checked against published results by ``tokenmill sim validate`` (sim/validate.py,
-docs/SIMULATOR.md): Offline runs of dense models mostly within 25%, MoE models
-and Server runs with long outputs not yet; the figures are the cost model's and
-the scheduler simulation's, nothing more.
+docs/SIMULATOR.md): most of TensorRT-LLM's table and DeepSeek-R1's and
+Llama-3.1-405B's MLPerf v6.0 rows within 25%, rack-scale DeepSeek-R1 Server runs,
+gpt-oss on Hopper and older software rounds not; the figures are the cost model's
+and the scheduler simulation's, nothing more.
 """
 
 from __future__ import annotations
