@@ -55,14 +55,14 @@ def test_bad_deployments_name_the_flag(capsys, args, message):
 
 
 def test_help_names_every_simulated_model():
-    from tokenmill.sim.cli import MODEL_NAMES
+    from tokenmill.sim.cli_args import MODEL_NAMES
     from tokenmill.sim.models import SIM_MODELS
 
     assert set(MODEL_NAMES) == set(SIM_MODELS)
 
 
 def test_help_names_every_dataset_distribution():
-    from tokenmill.sim.cli import DATASET_NAMES
+    from tokenmill.sim.cli_args import DATASET_NAMES
     from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS
 
     assert set(DATASET_NAMES) == set(DATASET_DISTRIBUTIONS)
@@ -129,9 +129,32 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     assert "decode step, batch 4" in out and "per sequence" in out
     profile = json.loads((tmp_path / "this-machine.json").read_text())
     assert profile["default_precision"] == "fp32" and "dummy:tiny in fp32" in profile["sources"][0]
+    assert profile["kv_cache_bytes"] > 0  # the engine's own default cache, not the machine's memory
     assert main(["sim", "--hardware", "this-machine", "--model", "dummy:tiny", "--json", *SMALL]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["config"]["hardware"] == "this-machine" and f["tokens_per_s"] > 0
+    from tokenmill.config import EngineConfig
+    from tokenmill.engine.engine import LLMEngine
+
+    engine = LLMEngine(EngineConfig(model="dummy:tiny", load_format="dummy", device="cpu", dtype="float32"))
+    assert f["config"]["kv_blocks_per_replica"] == engine.core.config.num_kv_blocks  # the sim's cache is the engine's
+
+
+def test_kv_cache_memory_bounds_the_blocks_and_the_batch(capsys):
+    from tokenmill.sim.cost import Parallel, kv_bytes_per_token
+    from tokenmill.sim.models import get_model
+
+    def run(*extra):
+        assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--json", *SMALL, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    per_block = kv_bytes_per_token(get_model("llama3.1-8b"), 1.0, Parallel()) * 16  # fp8 KV
+    small = run("--kv-cache-memory-gib", "0.05")
+    assert small["config"]["kv_blocks_per_replica"] == int(0.05 * 2**30 / per_block)
+    assert run()["config"]["kv_blocks_per_replica"] > 100 * small["config"]["kv_blocks_per_replica"]
+    assert small["mean_batch_size"] < run()["mean_batch_size"]
+    assert main(["sim", *SMALL, "--kv-cache-memory-gib", "500"]) == 2
+    assert "--kv-cache-memory-gib" in capsys.readouterr().err
 
 
 def test_calibration_fit_separates_the_eager_steps_of_a_graph_engine():

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from tokenmill.sim.cli import add_sim_args, cmd_sim, parse_disagg
+from tokenmill.sim.cli import cmd_sim, parse_disagg
+from tokenmill.sim.cli_args import add_sim_args
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import get_hardware

@@ -54,3 +54,13 @@ def test_cli_names_the_flag_when_a_model_has_no_records(capsys):
 
     assert main(["sim", "validate", "--latency", "--model", "llama3.1-8b"]) != 0
     assert "--model: no published Server run of llama3.1-8b" in capsys.readouterr().err
+
+
+def test_the_configs_prompt_balancing_holds_first_tokens_back():
+    base = next(r for r in RUNS if r.org == "CoreWeave" and r.hardware == "gb300")
+    assert base.adp_balance == (3, 9)  # closed/CoreWeave/configs/...x8/Server/deepseek-r1.py
+    short = replace(base, qps=6.0, queries=240)
+    held, free = (check_run(replace(short, adp_balance=b), duration_s=40) for b in ((3, 9), (0, 0)))
+    # Timeout 0 opens every step: no balancing. A lone prompt waits for the next 9th step with it.
+    assert held.ttft_p99_ms > 2 * free.ttft_p99_ms
+    assert held.tpot_p50_ms == pytest.approx(free.tpot_p50_ms, rel=0.15)

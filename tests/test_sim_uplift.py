@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from tokenmill.sim.cli import add_sim_args, cmd_sim
+from tokenmill.sim.cli import cmd_sim
+from tokenmill.sim.cli_args import add_sim_args
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import get_hardware

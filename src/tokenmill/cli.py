@@ -23,7 +23,8 @@ from tokenmill.cli_args import (
     cluster_options_from_args,
     engine_config_from_args,
 )
-from tokenmill.sim.cli import add_sim_args, cmd_sim
+from tokenmill.sim.cli import cmd_sim
+from tokenmill.sim.cli_args import add_sim_args
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's code for SIGINT

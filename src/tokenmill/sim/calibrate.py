@@ -202,6 +202,17 @@ def _nonnegative_fit(a, b):
     return best_x
 
 
+def _engine_kv_bytes(engine) -> float:
+    """The KV cache the engine allocated by default (``kv_cache_memory_gib`` unset: 1 GiB on a CPU, 85%
+    of free memory on a GPU): what its sequences in flight are limited by, not the device's memory."""
+    import torch
+
+    core = engine.core
+    spec = core.model.kv_cache_spec()
+    per_token = spec.bytes_per_token(torch.finfo(core.dtype).bits // 8)
+    return float(core.config.num_kv_blocks * core.config.block_size * per_token)
+
+
 def _gpu_base(name: str) -> Hardware | None:
     """The datasheet profile whose name the GPU's name contains (H100, H200, ...), or None."""
     from tokenmill.sim.hardware import HARDWARE
@@ -259,7 +270,7 @@ def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
         source = f"{_cpu_name()}, {torch.get_num_threads()} threads, {what}"
     base = Hardware(name="this-machine", memory_bytes=memory, memory_bw=bw, flops={precision: flops},
                     interconnect_bw=interconnect, scale_up_size=1, scale_out_bw=1e9, default_precision=precision,
-                    price_per_hour=price,
+                    price_per_hour=price, kv_cache_bytes=_engine_kv_bytes(engine),
                     sources=(f"tokenmill sim calibrate, {time.strftime('%Y-%m-%d')}: {source}",))
     runner = engine.core.runner
     graphs = runner.decode_graphs is not None

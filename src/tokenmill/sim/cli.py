@@ -13,143 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from tokenmill.sim.hardware import HARDWARE, get_hardware
-
-SCENARIOS = ("offline", "server", "interactive", "singlestream")
-MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "llama2-70b", "deepseek-r1", "smollm2-135m",
-               "gpt-oss-120b")
-"""sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
-DEFAULT_NUM_REQUESTS = 2000
-DATASET_NAMES = ("deepseek-r1", "llama3.1-405b", "llama3.1-8b", "llama2-70b")
-"""sim/mlperf_lengths.py's DATASET_DISTRIBUTIONS (a test keeps them equal)."""
-
-
-def add_sim_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=("predict", "calibrate", "validate"), default="predict",
-                        help="predict (default): simulate the deployment below; calibrate: measure this machine "
-                             "(microbenchmarks and the engine's step times, on --device) and write the "
-                             "this-machine profile; validate: simulate every published result the simulator "
-                             "can express (sim/published.py) and print simulated vs published "
-                             "(--num-requests per replica and batch size; --model: only that model's rows; "
-                             "--suite; --jobs; --out; --json; --latency: the published Server runs' TPOT "
-                             "and TTFT at their own rates instead)")
-    _add_deployment_args(parser.add_argument_group("what to simulate"))
-    _add_workload_args(parser.add_argument_group("workload and scheduler"))
-    _add_calibrate_args(parser.add_argument_group("calibrate"))
-    v = parser.add_argument_group("validate")
-    v.add_argument("--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
-    v.add_argument("--out", default=None, metavar="PATH",
-                   help="also write the Markdown table of the rows finished so far to PATH after every row "
-                        "(a long run interrupted keeps what it did)")
-    v.add_argument("--suite", choices=("mlperf", "tensorrt-llm"), default=None,
-                   help="only the MLPerf rows (on their datasets' lengths) or only TensorRT-LLM's (fixed ISL/OSL)")
-    v.add_argument("--latency", action="store_true",
-                   help="check latencies instead of throughput: simulate one instance of each published MLPerf "
-                        "DeepSeek-R1 Server run (sim/served_latency.py) at its own rate and query count, and "
-                        "print TPOT p50, TTFT p99 and the sequences in flight, published vs simulated, and the "
-                        "cost model's step with the published run's own sequences in flight against its mean TPOT")
-
-
-def _add_deployment_args(g) -> None:
-    g.add_argument("--model", default=None,
-                   help=f"{', '.join(MODEL_NAMES)}, a dummy:<preset>, or a Hugging Face config.json (file or folder); "
-                        "default llama3.1-8b. calibrate: the model the engine runs (a GGUF file, HF folder or "
-                        "dummy:<preset>; default the embedded one)")
-    g.add_argument("--hardware", default="h100",
-                   help=f"one of {', '.join(HARDWARE)}, or this-machine (after `tokenmill sim calibrate`)")
-    g.add_argument("--num-gpus", type=int, default=None, help="devices in the deployment (default: one replica)")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
-    g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
-    g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
-    g.add_argument("--disagg", default=None, metavar="P:D",
-                   help="disaggregated prefill/decode: P prefill and D decode replicas of the --tp/--ep layout "
-                        "(the decode ones of --decode-* where given; KV moved between them over NVLink inside one "
-                        "scale-up domain, else the network); --num-gpus defaults to what the pools take. With "
-                        "--search: auto, to try prefill:decode splits of every layout beside aggregated replicas")
-    g.add_argument("--decode-tp", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: tensor-parallel size of each decode replica (default --tp; published "
-                        "runs often prefill on small replicas and decode on larger ones)")
-    g.add_argument("--decode-ep", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: expert-parallel size of each decode replica (default --ep)")
-    g.add_argument("--decode-attention-dp", action=argparse.BooleanOptionalAction, default=None,
-                   help="with --disagg P:D: data-parallel attention in each decode replica (default --attention-dp)")
-    g.add_argument("--decode-max-num-seqs", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: batch limit of each decode replica (default --max-num-seqs)")
-    g.add_argument("--search", action="store_true",
-                   help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
-                        "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits, skipping "
-                        "candidates whose Offline figure cannot reach the best); replaces "
-                        "--tp/--ep/--attention-dp/--max-num-seqs")
-    g.add_argument("--pareto", default=None, metavar="PATH",
-                   help="plot tokens/s per GPU against tokens/s per user (1000 / TPOT p50) over --max-num-seqs "
-                        "1..1024 and the layouts --search tries on --num-gpus (else the --tp/--ep layout), with "
-                        "the Pareto front; writes PATH (.png) and the points as .json next to it")
-    g.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp8", "fp4"),
-                   help="weights and GEMMs (default: the hardware's, as published runs use: fp8 Hopper, fp4 Blackwell)")
-    g.add_argument("--mtp", type=int, default=0, metavar="N", help="draft tokens verified per decode step")
-    g.add_argument("--mtp-acceptance", type=float, default=None, metavar="TOKENS",
-                   help="mean tokens accepted per decode step with --mtp (default 1 + 0.7 N)")
-    g.add_argument("--fused-allreduce", action="store_true",
-                   help="tensor-parallel all-reduces fused into the GEMMs they follow, overlapping them (as the "
-                        "published MLPerf Llama-3.1-405B runs: TensorRT-LLM's GEMM + all-reduce fusion); default: "
-                        "they run between layers, as in our engine")
-    g.add_argument("--uplift", action="store_true",
-                   help="what each technique is worth: the deployment above (the full stack) against the same "
-                        "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
-                        "--cached-tokens, --fused-allreduce), and each switched on alone; a table of tokens/s per "
-                        "GPU and latencies")
-
-
-def _add_workload_args(w) -> None:
-    w.add_argument("--scenario", choices=SCENARIOS, default="offline")
-    w.add_argument("--isl", type=int, default=None, help="prompt tokens per request (default 1024)")
-    w.add_argument("--osl", type=int, default=None,
-                   help="output tokens per request (default 1024; with --dataset: the mean a published run generated)")
-    w.add_argument("--dataset", default=None, choices=DATASET_NAMES,
-                   help="draw each prompt's length from this MLPerf dataset's distribution (sim/mlperf_lengths.py) "
-                        "and outputs of --osl tokens on average, shaped like its reference answers (replaces --isl)")
-    w.add_argument("--num-requests", type=int, default=None,
-                   help="offline: requests, all issued at once (default 2000); server/interactive: a fixed count "
-                        "instead of --duration (the QPS then capped at their Offline rate); validate: per replica "
-                        "and batch size, for rows without a published count (default 2000)")
-    w.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                   help="size the run by time, as MLPerf's LoadGen does: server/interactive issue Poisson arrivals "
-                        "for this long (at least 100 queries; default 600, MLPerf's min_duration) and count "
-                        "tokens/s as LoadGen's 'Completed tokens per second'; offline issues 1.1 x its rate x "
-                        "SECONDS requests (default: --num-requests)")
-    w.add_argument("--min-query-count", type=int, default=None, metavar="N",
-                   help="with a timed run (--duration; server/interactive by default): issue at least N samples "
-                        "(offline) or queries (server/interactive), LoadGen's min_query_count, the whole "
-                        "deployment's; published MLPerf runs set 100,000+ (sim validate runs each log's own count)")
-    w.add_argument("--cached-tokens", type=int, default=0, help="prompt tokens each request finds in the prefix cache")
-    w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
-                                                  "llama3.1-8b's)")
-    w.add_argument("--ttft-ms", type=float, default=None, help="p99 TTFT limit (overrides the preset)")
-    w.add_argument("--tpot-ms", type=float, default=None, help="p99 TPOT limit (overrides the preset)")
-    w.add_argument("--target-qps", type=float, default=None,
-                   help="server/interactive: simulate this offered QPS (the whole deployment's) instead of "
-                        "searching the peak that meets the p99 limits")
-    w.add_argument("--replay", default=None, metavar="RESULTS",
-                   help="simulate the queries of a measured `tokenmill bench` run (its results.json or run folder): "
-                        "each arrives when LoadGen issued it, with its prompt and output tokens; prints measured vs "
-                        "simulated (replaces --scenario, --isl, --osl, --num-requests, --target-qps)")
-    w.add_argument("--no-enable-prefix-caching", action="store_true",
-                   help="with --replay: the server ran without prefix caching (default: a query whose sample was "
-                        "issued before in the run is replayed with its prompt cached)")
-    w.add_argument("--max-num-seqs", type=int, default=256)
-    w.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="rows one engine computes per step (prefill chunks + decodes); under --attention-dp, each "
-                        "dp rank's (as vLLM's and TensorRT-LLM's max_num_tokens)")
-    w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
-    w.add_argument("--json", action="store_true", help="print one JSON object")
-    w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
-
-
-def _add_calibrate_args(c) -> None:
-    c.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)")
-    c.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
-                   help="the engine's dtype (auto: the engine's default on --device)")
-    c.add_argument("--num-threads", type=int, default=None, help="CPU threads (default: torch's)")
+from tokenmill.sim.cli_args import DEFAULT_NUM_REQUESTS
+from tokenmill.sim.hardware import get_hardware
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -179,7 +44,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     devices = split.devices(parallel) if split else parallel.devices
     deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
-                            mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, disagg=split)
+                            mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce,
+                            chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
+                            kv_cache_bytes=_kv_cache_bytes(args))
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
@@ -277,6 +144,27 @@ def _decode_pool(args: argparse.Namespace, parallel) -> dict:
     return {"decode_parallel": layout, "decode_max_num_seqs": args.decode_max_num_seqs}
 
 
+def _kv_cache_bytes(args: argparse.Namespace) -> float | None:
+    if args.kv_cache_memory_gib is None:
+        return None
+    if args.kv_cache_memory_gib <= 0:
+        raise ValueError(f"--kv-cache-memory-gib: must be > 0, got {args.kv_cache_memory_gib}")
+    return args.kv_cache_memory_gib * 2**30
+
+
+def parse_adp_balance(args: argparse.Namespace) -> tuple[int, int] | None:
+    """--adp-balance WAIT:TIMEOUT -> (WAIT, TIMEOUT); ValueError naming the flag."""
+    text = args.adp_balance
+    if text is None:
+        return None
+    if not (args.attention_dp or args.search):
+        raise ValueError("--adp-balance: needs --attention-dp (it balances prompts over attention-DP ranks)")
+    wait, sep, timeout = text.partition(":")
+    if not (sep and wait.isdigit() and timeout.isdigit()):
+        raise ValueError(f"--adp-balance: expected WAIT:TIMEOUT steps (e.g. 3:9), got {text!r}")
+    return int(wait), int(timeout)
+
+
 def parse_disagg(text: str | None, decode: dict | None = None):
     """``--disagg P:D`` -> PoolSplit (None when not given), with ``decode``'s PoolSplit fields
     (the decode replicas' own layout and batch limit); ValueError naming the flag."""
@@ -360,8 +248,11 @@ def _table(f: dict) -> str:
         dec = p["decode"]
         pools = (f"; disaggregated: {p['prefill_replicas']} prefill + {p['decode_replicas']} decode of tp {dec['tp']}, "
                  f"ep {dec['ep']}{', attention dp' if dec['attention_dp'] else ''}, max-num-seqs {dec['max_num_seqs']}")
+    sched = "" if c.get("chunked_prefill", True) else "; whole prompts"
+    if c.get("adp_balance"):
+        sched += f"; attention-DP prompt balancing {c['adp_balance'][0]}:{c['adp_balance'][1]}"
     lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
-             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}{pools})",
+             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}{pools}{sched})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
              f"  tokens/s           {f['tokens_per_s']:,.0f}"]
     if f["qps"] is not None:

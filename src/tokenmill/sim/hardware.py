@@ -172,6 +172,10 @@ class Hardware:
     efficiency: Efficiency = field(default_factory=Efficiency)
     sources: tuple[str, ...] = ()
     """Where each number comes from (URLs, document names)."""
+    kv_cache_bytes: float | None = None
+    """KV cache per device that the engine on this device allocates by default (``this-machine``:
+    our engine's, 1 GiB on a CPU, read by ``tokenmill sim calibrate``); None: what ``memory_fraction``
+    of ``memory_bytes`` leaves after the weights (the datasheet profiles)."""
     overlap: bool = True
     """Compute and memory traffic overlap (GPUs: tensor cores and HBM run at
     once), so a step's forward takes sqrt(compute^2 + memory^2): the larger of
@@ -189,6 +193,8 @@ class Hardware:
         if unknown or not self.flops or any(v <= 0 for v in self.flops.values()):
             raise ValueError(f"hardware {self.name}: flops must map some of {PRECISIONS} to rates > 0, "
                              f"got {self.flops}")
+        if self.kv_cache_bytes is not None and self.kv_cache_bytes <= 0:
+            raise ValueError(f"hardware {self.name}: kv_cache_bytes must be > 0, got {self.kv_cache_bytes}")
         if self.default_precision not in self.flops:
             raise ValueError(f"hardware {self.name}: default_precision {self.default_precision!r} "
                              f"not in flops {sorted(self.flops)}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
@@ -63,6 +64,9 @@ class Deployment:
     block_size: int = 16
     memory_fraction: float = 0.9
     """Of each device's memory, for weights + KV cache (the rest: activations, runtime)."""
+    kv_cache_bytes: float | None = None
+    """KV cache per device (``--kv-cache-memory-gib``); None: the profile's (``Hardware.kv_cache_bytes``),
+    else what ``memory_fraction`` leaves after the weights."""
     mtp_depth: int = 0
     """Draft tokens verified per decode step (speculative decoding / MTP)."""
     mtp_tokens_per_step: float = 1.0
@@ -71,6 +75,13 @@ class Deployment:
     """Tensor-parallel all-reduces fused into the GEMMs they follow (cost.step_time), as the
     published MLPerf Llama-3.1-405B runs set (TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED, the
     gemm_allreduce_plugin); False: they run between layers, as in our engine."""
+    chunked_prefill: bool = True
+    """False: a prompt waits until it fits one step whole (TensorRT-LLM's ``enable_chunked_context:
+    False``, as the published DeepSeek-R1 MLPerf configs set); True: chunked, as our engine."""
+    adp_balance: tuple[int, int] | None = None
+    """(batching_wait_iters, timeout_iters) of TensorRT-LLM's attention-DP prompt balancing
+    (sim/adp_balance.py; the published DeepSeek-R1 MLPerf v6.0 Server configs: (3, 9)), for layouts
+    with attention DP; None: off, as our engine."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
@@ -156,6 +167,12 @@ def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str 
     if room <= 0:
         raise ValueError(f"{flags}: {weights / 1e9:.1f} GB of weights per device do not fit in "
                          f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise {flags}")
+    cache = d.kv_cache_bytes or hw.kv_cache_bytes
+    if cache:  # a set KV cache (the engine's default on this machine, or --kv-cache-memory-gib)
+        if cache > room:
+            raise ValueError(f"--kv-cache-memory-gib: {cache / 2**30:.2f} GiB of KV cache per device and "
+                             f"{weights / 1e9:.1f} GB of weights do not fit in {hw.name}'s memory")
+        room = cache
     per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], parallel)
     # Under attention DP each of the dp groups caches its own sequences: dp times one device's room.
     return int(room * parallel.dp / (per_token * d.block_size))
@@ -190,9 +207,10 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
 
     seconds = step_seconds(d.parallel)
 
+    balance = AdpBalance(d.parallel.dp, *d.adp_balance) if d.adp_balance and d.parallel.attention_dp else None
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
-                       draft_tokens=d.mtp_depth)
+                       draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=balance)
     # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
     # group's share); disaggregated: all of it.
     routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
@@ -206,7 +224,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         decode_blocks = kv_blocks(arch, hw, d, decode_parallel)
         decode = Pool(step_seconds(decode_parallel), replace(
             config, max_num_seqs=decode_seqs, max_num_batched_tokens=step_budget(d, decode_parallel, decode_seqs),
-            num_kv_blocks=decode_blocks))
+            num_kv_blocks=decode_blocks, adp_balance=None))  # it admits transferred KV, not prompts
         transfer = transfer_time(arch, hw, d)
 
         def run(requests):
@@ -322,7 +340,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
-                   "fused_allreduce": d.fused_allreduce,
+                   "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
+                   "adp_balance": list(d.adp_balance) if d.adp_balance and d.parallel.attention_dp else None,
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,

@@ -64,6 +64,14 @@ class PublishedResult:
     """The run fused its tensor-parallel all-reduces into the GEMMs: its config sets
     TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED or TensorRT-LLM's gemm_allreduce_plugin (read in the
     config for the MLPerf Llama-3.1-405B rows; the others are tensor-parallel-free or do not set it)."""
+    adp_balance: tuple[int, int] | None = None
+    """The config's attention-DP prompt balancing (``adp_balancing_batching_wait_iters``,
+    ``adp_balancing_timeout_iters``; sim/adp_balance.py), set on the DeepSeek-R1 Server rows: it
+    shapes their TTFT. Their Offline configs set it too (10/500, 10/50 or 2/6), not simulated: with
+    every prompt waiting from the start it only paces refills."""
+    chunked_prefill: bool = True
+    """False where the config sets ``enable_chunked_context: False`` (every DeepSeek-R1 config; set on
+    the Server rows, as ``adp_balance``)."""
 
 
 _INF = "github.com/mlcommons/inference @b66003e"
@@ -199,14 +207,15 @@ queries at 110 QPS, over half an hour of arrivals where LoadGen asks for 600 s."
 
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
             prec: str, total: float, parallel: str | None = None, note: str = "",
-            fused: bool = False) -> PublishedResult:
+            fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
     text = f"{total:,} tok/s total / {n} GPUs; {queries:,} {'samples' if scenario == 'Offline' else 'queries'}"
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
-                           f"{rnd}: {path}", text, queries, fused_allreduce=fused)
+                           f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
+                           chunked_prefill=not whole_prompts)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
@@ -241,20 +250,23 @@ def _trt_total(model: str, hw: str, n: int, prec: str, isl: int, osl: int, total
 RESULTS: tuple[PublishedResult, ...] = (
     # MLPerf v6.0, GB300 NVL72
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 647076, _ADP8),
-    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 400436.77, _ADP8),
+    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 400436.77, _ADP8,
+            adp=(3, 9), whole_prompts=True),
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive", "deepseek-r1", "gb300", 72, "fp4", 250633.67),
     _mlperf(_V60, "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline", "deepseek-r1",
             "gb300", 8, "fp4", 78564, "TP8 EP8 attention-DP",
             f"{_ISSUE17} gives 9,821 for DeepSeek-R1 Offline: this 8-GPU result, not the 72-GPU one"),
     _mlperf(_V60, "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server", "deepseek-r1",
             "gb300", 8, "fp4", 64509.99, "TP8 EP8 attention-DP",
-            f"{_ISSUE17} gives 8,064 for DeepSeek-R1 Server: this 8-GPU result, not the 72-GPU one"),
+            f"{_ISSUE17} gives 8,064 for DeepSeek-R1 Server: this 8-GPU result, not the 72-GPU one",
+            adp=(3, 9), whole_prompts=True),
     _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 673936, _ADP8,
             "batch 1536 per GPU as NVIDIA's"),
     _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 575579.74, _ADP8,
             "the per-instance config of NVIDIA's row (batch 640 per GPU, attention-DP balancing) with "
-            "traffic_distribution_policy 'isl_load_balancing' across the 9 instances, which NVIDIA's config does "
-            "not set: 1.44x NVIDIA's figure"),
+            "traffic_distribution_policy 'isl_load_balancing' across the 9 instances, where NVIDIA's config "
+            "leaves the harness's Server default ('load_balancing'): 1.44x NVIDIA's figure",
+            adp=(3, 9), whole_prompts=True),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
             note=f"{_ISSUE17}: 271", fused=True),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,
@@ -271,7 +283,8 @@ RESULTS: tuple[PublishedResult, ...] = (
             note="log prints 1.12685e+06"),
     # MLPerf v6.0, GB200 NVL72
     _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Offline", "deepseek-r1", "gb200", 72, "fp4", 486141, _ADP8),
-    _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Server", "deepseek-r1", "gb200", 72, "fp4", 336106.48, _ADP8),
+    _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Server", "deepseek-r1", "gb200", 72, "fp4", 336106.48, _ADP8,
+            adp=(3, 9), whole_prompts=True),
     _mlperf(_V60, "NVIDIA", _GB200, "llama3.1-405b", "Offline", "llama3.1-405b", "gb200", 72, "fp4", 15461.5,
             fused=True),
     _mlperf(_V60, "NVIDIA", _GB200, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb200", 72, "fp4", 879542),
@@ -280,7 +293,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4", 58581.6,
             "TP8 EP8 attention-DP"),
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Server", "deepseek-r1", "b200", 8, "fp4", 51692.89,
-            "TP8 EP8 attention-DP"),
+            "TP8 EP8 attention-DP", adp=(3, 9), whole_prompts=True),
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Offline", "gpt-oss-120b", "b200", 8, "fp4",
             85921.2, "TP1 x8"),
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Server", "gpt-oss-120b", "b200", 8, "fp4",
@@ -305,7 +318,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V51, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 420659, _ADP8,
             f"{_ISSUE17}: 5,842"),
     _mlperf(_V51, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 209327.68, _ADP8,
-            f"{_ISSUE17}: 2,907"),
+            f"{_ISSUE17}: 2,907", adp=(2, 6), whole_prompts=True),
     _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 16104.1,
             "TP2", f"{_ISSUE17}: 224"),
     _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 12248.42,
@@ -314,7 +327,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4",
             33379, "TP8 EP8 attention-DP"),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Server", "deepseek-r1", "b200", 8, "fp4",
-            18592.24, "TP8 EP8 attention-DP"),
+            18592.24, "TP8 EP8 attention-DP", adp=(3, 9), whole_prompts=True),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "b200", 8, "fp4",
             101527, "TP1 x8"),
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "b200", 8, "fp4",

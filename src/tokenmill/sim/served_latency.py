@@ -19,8 +19,11 @@ Every record below is from the MLPerf Inference v6.0 results repository
 (mirrored at gbeezybez/inference_results_v6.0 @232fbf9): ``closed/<org>/results/<system>/deepseek-r1/
 Server/performance/run_1/mlperf_log_summary.txt`` for the figures, ``closed/<org>/configs/<system
 without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the token budget
-(``max_num_tokens``); every one of these configs runs TP8 EP8 attention DP per 8-GPU instance with
-``enable_chunked_context: False``. The B300 systems' runs are left out (no B300 profile).
+(``max_num_tokens``; the build flags' where the runtime flags name a larger one, as in the GB300
+racks' 4,608 against 3,456) and the attention-DP prompt balancing (``adp_balancing_*``); every one of
+these configs runs TP8 EP8 attention DP per 8-GPU instance with ``adp_balancing_enable: True`` and
+``enable_chunked_context: False``, and the simulation runs them so. The B300 systems' runs are left
+out (no B300 profile).
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ class ServedRun:
     """The config's gpu_batch_size (TensorRT-LLM's max_batch_size per attention-DP rank)."""
     max_num_tokens: int
     """The config's per-rank step budget."""
+    adp_balance: tuple[int, int] = (3, 9)
+    """The config's attention-DP prompt balancing (``adp_balancing_batching_wait_iters``,
+    ``adp_balancing_timeout_iters``; sim/adp_balance.py)."""
     model: str = "deepseek-r1"
     instance_gpus: int = 8
     parallel: Parallel = Parallel(tp=8, ep=8, attention_dp=True)
@@ -83,7 +89,7 @@ _GB300 = "GB300-NVL72_GB300-288GB_aarch64"
 _GB200 = "GB200-NVL72_GB200-186GB_aarch64"
 
 # (org, system, hardware, GPUs; scheduled and completed QPS, queries, completed tokens/s, TPOT mean / p50 /
-# p99 ms, TTFT p99 ms, batch per GPU, per-rank max_num_tokens)
+# p99 ms, TTFT p99 ms, batch per GPU, per-rank max_num_tokens[, prompt balancing where not 3 / 9])
 RUNS: tuple[ServedRun, ...] = (
     ServedRun("Nebius", f"{_GB300}x8_TRT", "gb300", 8,
               17.41, 17.18, 105_312, 64_509.99, 72.42, 76.02, 77.71, 1_427.7, 640, 4608),
@@ -104,9 +110,9 @@ RUNS: tuple[ServedRun, ...] = (
     ServedRun("Nebius", "nebius_b200_n1", "b200", 8,
               14.03, 13.81, 105_312, 51_692.89, 71.86, 73.83, 76.62, 1_195.0, 640, 4608),
     ServedRun("Dell", "XE9780_x86_B200-SXM-180GBx8_TRT", "b200", 8,
-              11.10, 10.95, 26_382, 40_949.45, 60.14, 63.59, 66.82, 877.2, 512, 3456),
+              11.10, 10.95, 26_382, 40_949.45, 60.14, 63.59, 66.82, 877.2, 512, 3456, (2, 6)),
     ServedRun("Google", "B200-SXM-180GBx8_TRT", "b200", 8,
-              11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456),
+              11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456, (2, 6)),
 )
 
 
@@ -138,7 +144,7 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
     """One instance of ``run`` at its share of the published rate and count."""
     isl, osl, osl_max = dataset_means(run.model)
     d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.batch_per_gpu * run.instance_gpus,
-                   max_num_batched_tokens=run.max_num_tokens)
+                   max_num_batched_tokens=run.max_num_tokens, chunked_prefill=False, adp_balance=run.adp_balance)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
     f = predict(get_model(run.model), get_hardware(run.hardware), d, w)

@@ -15,6 +15,8 @@ arrival. Each step schedules as ``Scheduler.schedule`` does:
 - then waiting requests, front first, while budget, ``max_num_seqs`` and free
   blocks allow; a prompt longer than what is left of the budget takes the rest
   (chunked prefill);
+- with ``adp_balance`` (TensorRT-LLM's attention-DP prompt balancing, not our
+  scheduler's; sim/adp_balance.py) a step admits only when that rule lets prompts in;
 - after the step, ``Scheduler.update``'s counter rule: computed = start +
   scheduled - drafts + accepted drafts; a request samples when the step
   reaches its last token, so its first token comes at the end of the step
@@ -51,6 +53,7 @@ from functools import cached_property
 import numpy as np
 
 from tokenmill.bench.results import Percentiles
+from tokenmill.sim.adp_balance import AdpBalance, AdpGate
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 
 StepTime = Callable[[StepShape], float]
@@ -84,6 +87,8 @@ class SimConfig:
     """False: a waiting request is admitted only when its whole prompt fits in
     what is left of the step's budget (a recompute longer than the whole budget
     is still chunked when it is the step's first work, or it could never run)."""
+    adp_balance: AdpBalance | None = None
+    """TensorRT-LLM's attention-DP prompt balancing (sim/adp_balance.py); None: admit every step."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size"):
@@ -232,6 +237,7 @@ class ReplicaSim:
         self.busy = 0.0
         self.finished_last_step = _EMPTY
         """Requests the last step finished (sim/routed.py subtracts their load)."""
+        self.adp_gate = AdpGate(cfg.adp_balance) if cfg.adp_balance else None
 
     def _validate(self, cached: np.ndarray) -> None:
         cfg = self.cfg
@@ -301,7 +307,10 @@ class ReplicaSim:
         budget = self.cfg.max_num_batched_tokens
         step = self._schedule_running(budget)
         budget -= int(step.num.sum())
-        if not step.preempted:
+        gate = self.adp_gate  # asked every step: its counters count iterations
+        if gate is not None:
+            opens = gate.admits(len(self.waiting), self.run_ids.size, self.run_ids.size < self.cfg.max_num_seqs)
+        if not step.preempted and (gate is None or opens):
             admitted = self._admit(budget, step.ids.size)
             if admitted:
                 ids, start, num = (np.array(col, dtype=np.int64) for col in zip(*admitted))

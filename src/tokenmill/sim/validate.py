@@ -21,8 +21,9 @@ MLPerf row that names no layout gets the best of the deployment search's
 layouts (sim/search.py ``layouts``) of up to ``MAX_SEARCHED_DEVICES``
 devices: the submitter chose its own too. Rows whose configs fuse the
 tensor-parallel all-reduces into the GEMMs run so (``PublishedResult.fused_allreduce``:
-the MLPerf Llama-3.1-405B rows but one). A row served by disaggregated pools
-("26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)", its
+the MLPerf Llama-3.1-405B rows but one), and the DeepSeek-R1 Server rows with their
+configs' attention-DP prompt balancing and whole prompts (``adp_balance``, ``chunked_prefill``).
+A row served by disaggregated pools ("26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)", its
 published configs' worker counts, layouts and limits) runs exactly that
 deployment (``_check_pools``).
 
@@ -187,6 +188,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
     out, why = [], "no layout fits"
     for parallel in parallels:
         base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce,
+                          chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
