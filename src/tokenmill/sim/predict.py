@@ -80,8 +80,8 @@ class Deployment:
     False``, as the published DeepSeek-R1 MLPerf configs set); True: chunked, as our engine."""
     adp_balance: tuple[int, int] | None = None
     """(batching_wait_iters, timeout_iters) of TensorRT-LLM's attention-DP prompt balancing
-    (sim/adp_balance.py; the published DeepSeek-R1 MLPerf v6.0 Server configs: (3, 9)), for layouts
-    with attention DP; None: off, as our engine."""
+    (sim/adp_balance.py; the published DeepSeek-R1 MLPerf Server configs: (3, 9), or (2, 6) on some
+    B200 systems), for layouts with attention DP; None: off, as our engine."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
