@@ -91,6 +91,12 @@ class Deployment:
         return self.disagg.replicas if self.disagg else self.num_gpus // self.parallel.devices
 
     @property
+    def prompt_balance(self) -> AdpBalance | None:
+        """``adp_balance`` over this layout's attention-DP ranks; None without attention DP."""
+        return AdpBalance(self.parallel.dp, *self.adp_balance) if self.adp_balance and self.parallel.attention_dp \
+            else None
+
+    @property
     def decode_parallel(self) -> Parallel:
         """The decode replicas' layout (``parallel`` unless the split names another)."""
         return (self.disagg and self.disagg.decode_parallel) or self.parallel
@@ -207,10 +213,9 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
 
     seconds = step_seconds(d.parallel)
 
-    balance = AdpBalance(d.parallel.dp, *d.adp_balance) if d.adp_balance and d.parallel.attention_dp else None
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
-                       draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=balance)
+                       draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance)
     # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
     # group's share); disaggregated: all of it.
     routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
@@ -341,7 +346,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
-                   "adp_balance": list(d.adp_balance) if d.adp_balance and d.parallel.attention_dp else None,
+                   "adp_balance": list(d.adp_balance) if d.prompt_balance else None,
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
