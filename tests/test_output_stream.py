@@ -60,3 +60,20 @@ def test_an_error_behind_queued_outputs_is_raised_after_them():
         return got
 
     assert asyncio.run(main()) == [[1, 2]]
+
+
+def test_a_failed_output_behind_queued_tokens_comes_after_them_not_merged():
+    """The server sends a 500 when a request's first output is a failure and an
+    error event when it comes later: a failure queued behind tokens must not be
+    merged into them, or the answer would depend on how far the consumer lagged."""
+    async def main():
+        stream = OutputStream(asyncio.get_running_loop())
+        failed = RequestOutput("r", [], "", True, "error", num_prompt_tokens=3, num_output_tokens=2,
+                               error="detokenizer fault")
+        put_all([(stream, _out([1], "a", n=1)), (stream, _out([2], "b", n=2)), (stream, failed)])
+        await asyncio.sleep(0)
+        return [out async for out in stream.outputs()]
+
+    first, last = asyncio.run(main())
+    assert (first.new_token_ids, first.finished) == ([1, 2], False)
+    assert (last.new_token_ids, last.finish_reason, last.error) == ([], "error", "detokenizer fault")

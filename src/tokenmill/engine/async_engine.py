@@ -21,6 +21,7 @@ from typing import AsyncIterator
 from tokenmill.config import EngineConfig
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.engine.request import RequestStatus
 from tokenmill.engine.step_thread import start_step_thread
 from tokenmill.errors import QueueFullError, RequestError
 from tokenmill.outputs import RequestOutput, merge_outputs
@@ -44,24 +45,27 @@ class OutputStream:
         """The request's outputs until the finished one; an exception put in
         its place (the engine stopped) is raised here. Outputs that queued up
         while the consumer was busy come as one merged delta (``merge_outputs``):
-        a consumer that falls behind catches up in one iteration, not one per step."""
+        a consumer that falls behind catches up in one iteration, not one per step.
+        A failure (an exception or an output finished with "error") is never
+        merged into the tokens before it: they come first, the failure next, so
+        whether a stream had started when its request failed does not depend on
+        how far its consumer had fallen behind."""
+        held = None
         while True:
-            item = await self.queue.get()
+            item, held = (held, None) if held is not None else (await self.queue.get(), None)
             if isinstance(item, BaseException):
                 raise item
-            ready, error = [item], None
+            ready = [item]
             while not self.queue.empty() and not ready[-1].finished:
                 nxt = self.queue.get_nowait()
-                if isinstance(nxt, BaseException):  # raised after what came before it
-                    error = nxt
+                if isinstance(nxt, BaseException) or nxt.finish_reason == RequestStatus.FINISHED_ERROR.value:
+                    held = nxt  # yielded (or raised) on its own, after what came before it
                     break
                 ready.append(nxt)
             item = merge_outputs(ready) if len(ready) > 1 else item
             yield item
             if item.finished:
                 return
-            if error is not None:
-                raise error
 
 
 def put_all(items: list[tuple[OutputStream, object]]) -> None:
