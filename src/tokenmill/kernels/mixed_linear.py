@@ -17,8 +17,11 @@ on F.linear at 1-64 rows and equal at 256 ("bf16 on AVX-512 without BF16"). A
 ``PANEL_MAX_ROWS`` rows to the panel kernel, larger ones to oneDNN.
 
 Cost: a second copy of every decoder weight (kept only when it fits:
-kernels/quantize.py ``dense_copy_fits``). The LM head stays oneDNN-only: it is a fifth
-of this model's weights and measured no faster on panels at one row.
+kernels/quantize.py ``dense_copy_fits``). The LM head is mixed too in float32: on
+the AVX2 EPYC (Zen 3) SmolLM2-135M's head (49,152 x 576) ran 1.6x faster on panels at
+one row and 1.5-2.1x at 2-32 rows, 1.14x at 128 (docs/PERFORMANCE.md, "The LM head on
+panels in float32"). In bfloat16 it stays oneDNN-only: it is a fifth of this model's
+weights and measured no faster on panels at one row on the AMX Xeon.
 
 A request's tokens may therefore come from either kernel depending on the
 batch it shares: both accumulate in float32 and round once, so they differ
@@ -43,12 +46,15 @@ slower at 256 (docs/PERFORMANCE.md, "Mixed linears")."""
 
 
 class MixedLinear(nn.Module):
-    def __init__(self, linear: nn.Linear, kernels: ModuleType):
+    def __init__(self, linear: nn.Linear, kernels: ModuleType, keep_weight: bool = False):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.dense = PackedLinear(linear, keep_weight=False)
         self.register_buffer("panels", kernels.pack_invariant_weight(linear.weight.detach()), persistent=False)
         self.bias = linear.bias
+        # The original weight only where something else reads it (the LM head: tied
+        # input embeddings and the sampler's exact head), as PackedLinear keeps it.
+        self.weight = linear.weight if keep_weight else None
         self._panel_kernel = kernels.invariant_linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,14 +68,17 @@ class MixedLinear(nn.Module):
 
 def mix_linears(model: nn.Module, kernels: ModuleType) -> int:
     """Swap the decoder's plain ``nn.Linear`` layers for MixedLinear and the LM
-    head for a PackedLinear, in place (layers already replaced stay). Returns
-    how many decoder layers were mixed."""
+    head for a MixedLinear in float32, a PackedLinear otherwise, in place
+    (layers already replaced stay). Returns how many decoder layers were mixed."""
     mixed = 0
     for owner, name in model.decoder_linears():  # the architecture names its own weights
         layer = getattr(owner, name)
         if type(layer) is nn.Linear:
             setattr(owner, name, MixedLinear(layer, kernels))
             mixed += 1
-    if type(model.lm_head) is nn.Linear:
-        model.lm_head = PackedLinear(model.lm_head, keep_weight=True)
+    head = model.lm_head
+    if type(head) is nn.Linear:
+        on_panels = head.weight.dtype == torch.float32
+        model.lm_head = MixedLinear(head, kernels, keep_weight=True) if on_panels else \
+            PackedLinear(head, keep_weight=True)
     return mixed
