@@ -140,6 +140,33 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     assert f["config"]["kv_blocks_per_replica"] == engine.core.config.num_kv_blocks  # the sim's cache is the engine's
 
 
+def test_served_steps_are_timed_in_alternated_rounds():
+    """Each shape is served once per round, the rounds one after another (the VM's
+    drift spread over every shape, not fitted as a bend), and one median per shape comes back."""
+    import tokenmill.sim.calibrate as calibrate
+    from tokenmill.config import EngineConfig
+    from tokenmill.engine.async_engine import AsyncEngine
+
+    served = AsyncEngine(EngineConfig(model="dummy:tiny", load_format="dummy", device="cpu", dtype="float32"))
+    calls = []
+    real = served.generate
+
+    def generate(prompt, params, *args, **kwargs):
+        calls.append((len(prompt), params.max_tokens))
+        return real(prompt, params, *args, **kwargs)
+
+    served.generate = generate
+    try:
+        points = calibrate.measure_served_steps(served, (1, 3), repeats=4, rounds=2)
+    finally:
+        served.shutdown()
+    assert [shape for shape, _ in points] == [(1, 0), (3, 0), (0, 64), (0, 256)]
+    assert all(seconds > 0 for _, seconds in points)
+    # Per request 2 + 12 decode steps; the 3 prefills of each length, rounded up to 2 per round.
+    one_round = [(calibrate.CONTEXT, 14)] * 4 + [(64, 1)] * 2 + [(256, 1)] * 2
+    assert calls == one_round * 2
+
+
 def test_kv_cache_memory_bounds_the_blocks_and_the_batch(capsys):
     from tokenmill.sim.cost import Parallel, kv_bytes_per_token
     from tokenmill.sim.models import get_model

@@ -101,9 +101,10 @@ class AsyncEngine:
         self._stopped = False
         self.step_log: list[tuple[int, int, float, float]] | None = None
         """When a list: each engine-thread cycle that ran a step appends (one-token
-        runs, tokens of the longer runs, seconds from taking the inbox to handing
-        off the outputs, its start as time.time()); `tokenmill sim calibrate` and
-        benchmarks/serving_stalls.py read it."""
+        runs, tokens of the longer runs, seconds from taking the inbox to the
+        outputs ready to hand off, its start as time.time()), before handing them
+        off, so a consumer that has a step's outputs finds its entry; `tokenmill
+        sim calibrate` and benchmarks/serving_stalls.py read it."""
 
         def build() -> None:
             self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
@@ -184,13 +185,16 @@ class AsyncEngine:
                 self._fail_all(exc, "error")
                 continue
             self._refresh_stats()
+            self._log_step(start)  # before the hand-off: whoever got this step's outputs finds its entry
             self._deliver(outputs)
-            step_log = self.step_log  # one read: another thread may swap or clear it
-            if step_log is not None:
-                scheduled = self.engine.core.last_schedule
-                ones = sum(s.num_new_tokens == 1 for s in scheduled.scheduled)
-                seconds = time.perf_counter() - start
-                step_log.append((ones, scheduled.num_tokens - ones, seconds, time.time() - seconds))
+
+    def _log_step(self, start: float) -> None:
+        step_log = self.step_log  # one read: another thread may swap or clear it
+        if step_log is not None:
+            scheduled = self.engine.core.last_schedule
+            ones = sum(s.num_new_tokens == 1 for s in scheduled.scheduled)
+            seconds = time.perf_counter() - start
+            step_log.append((ones, scheduled.num_tokens - ones, seconds, time.time() - seconds))
 
     def _apply(self, inbox) -> None:
         adds = 0

@@ -7,7 +7,7 @@ Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device
 2. our engine's own step times as it serves (the embedded model, or
    ``--model``; outputs streamed to consumers on an event loop, as `tokenmill
    bench` and `serve` read them): decode steps at several batch sizes and two
-   prefill chunks, each the median of repeated steps.
+   prefill chunks, each the median of repeated steps over alternated rounds.
 
 The profile's efficiency factors (memory, GEMM, host overhead per step and
 per sequence, and with CUDA graphs a per-step cost of the eager steps) are
@@ -37,6 +37,7 @@ PROFILE_PATH = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "
 DECODE_BATCHES = (1, 8, 32)
 PREFILL_TOKENS = (64, 256)
 CONTEXT = 64  # prompt tokens of each decoding request
+ROUNDS = 4  # each shape timed in this many alternated rounds (measure_served_steps)
 DEFAULT_PRICE_PER_HOUR = 0.10
 """USD per hour: a nominal small cloud VM; pass --price-per-gpu-hour to tokenmill sim for your own."""
 
@@ -97,12 +98,16 @@ def measure_peaks(dtype, device) -> tuple[float, float]:
     return best_bw, best_flops
 
 
-def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> list[tuple[tuple[int, int], float]]:
+def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
+                         rounds: int = ROUNDS) -> list[tuple[tuple[int, int], float]]:
     """((decode batch, prefill tokens), median seconds) of our engine's steps as
     it serves: ``engine`` is an AsyncEngine, its steps on its own thread, the
     outputs streamed to consumers on this thread's event loop (as `tokenmill
     bench` and `tokenmill serve` read them), each step timed from taking its
-    inbox to handing off its outputs (AsyncEngine.step_log)."""
+    inbox to handing off its outputs (AsyncEngine.step_log). Every shape is
+    timed in each of ``rounds`` rounds and its median taken over all of them:
+    this VM's speed drifts by tens of percent within minutes, and shapes timed
+    one after another once would fit that drift as a bend of the step curve."""
     import asyncio
 
     from tokenmill.sampling_params import SamplingParams
@@ -114,7 +119,7 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> l
                 pass
         await asyncio.gather(*(one(p) for p in prompts))
 
-    def median_of(runs: list[tuple[list[list[int]], int]], decodes: int, prefill: int) -> float:
+    def times_of(runs: list[tuple[list[list[int]], int]], decodes: int, prefill: int) -> list[float]:
         engine.step_log = []
         for prompts, max_tokens in runs:
             asyncio.run(serve(prompts, max_tokens))
@@ -122,7 +127,7 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> l
         engine.step_log = None
         if not times:
             raise RuntimeError(f"calibrate: no step of {decodes} decodes and {prefill} prefill tokens was seen")
-        return statistics.median(times)
+        return times
 
     rng = random.Random(0)
     vocab = engine.engine.core.arch.vocab_size
@@ -130,13 +135,17 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12) -> l
     def prompt(n: int) -> list[int]:  # random ids: no prefix-cache hits between prompts
         return [rng.randrange(10, vocab) for _ in range(n)]
 
-    points = []
-    for batch in batches:  # the batch's prompts take a few prefill steps; then `repeats`+ steps of all of them
-        points.append(((batch, 0), median_of([([prompt(CONTEXT) for _ in range(batch)], repeats + 12)], batch, 0)))
-    for tokens in PREFILL_TOKENS:
-        runs = [([prompt(tokens)], 1) for _ in range(max(3, repeats // 4))]
-        points.append(((0, tokens), median_of(runs, 0, tokens)))
-    return points
+    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS]
+    samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
+    per_round = max(1, -(-repeats // rounds))
+    for _ in range(rounds):
+        for batch, tokens in shapes:
+            if batch:  # the batch's prompts take a few prefill steps; then per_round+ steps of all of them
+                runs = [([prompt(CONTEXT) for _ in range(batch)], per_round + 12)]
+            else:
+                runs = [([prompt(tokens)], 1) for _ in range(max(1, -(-max(3, repeats // 4) // rounds)))]
+            samples[(batch, tokens)] += times_of(runs, batch, tokens)
+    return [(shape, statistics.median(samples[shape])) for shape in shapes]
 
 
 def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tuple[int, int], float]],
