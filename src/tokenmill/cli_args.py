@@ -69,7 +69,8 @@ def _add_kernel_args(g) -> None:
                         "torch; auto: cpp on CPU, compiled on CUDA, torch where those cannot run")
     g.add_argument("--linear-backend", choices=LINEAR_BACKENDS, default="auto",
                    help="linear layers: mixed (tokenmill's C++ panel kernel for calls of up to 128 rows, "
-                        "oneDNN above; keeps two weight layouts; CPU, float32/bfloat16), panels (the panel kernel "
+                        "oneDNN above, the LM head too in float32; keeps two weight layouts; CPU, "
+                        "float32/bfloat16), panels (the panel kernel "
                         "for every call; CPU, float32/bfloat16), onednn (weights prepacked once at load for oneDNN; "
                         "CPU) or torch (F.linear); auto: mixed in bfloat16 on CPUs with AMX or AVX512-BF16, panels "
                         "in bfloat16 on other AVX-512 CPUs, mixed in float32 on CPUs with AVX2 and FMA (mixed "
