@@ -18,10 +18,11 @@ on F.linear at 1-64 rows and equal at 256 ("bf16 on AVX-512 without BF16"). A
 
 Cost: a second copy of every decoder weight (kept only when it fits:
 kernels/quantize.py ``dense_copy_fits``). The LM head is mixed too in float32: on
-the AVX2 EPYC (Zen 3) SmolLM2-135M's head (49,152 x 576) ran 1.6x faster on panels at
-one row and 1.5-2.1x at 2-32 rows, 1.14x at 128 (docs/PERFORMANCE.md, "The LM head on
-panels in float32"). In bfloat16 it stays oneDNN-only: it is a fifth of this model's
-weights and measured no faster on panels at one row on the AMX Xeon.
+the AVX2 EPYC (Zen 3) SmolLM2-135M's head (49,152 x 576) ran 1.2x faster per call on
+panels at one row, 1.4-2.3x at 2-32 rows and equal at 128, and decode steps 1.09-1.18x
+faster at batch 1-32 (docs/PERFORMANCE.md, "The float32 LM head on panels"). In bfloat16
+it stays oneDNN-only: it is a fifth of this model's weights and measured no faster on
+panels at one row on the AMX Xeon.
 
 A request's tokens may therefore come from either kernel depending on the
 batch it shares: both accumulate in float32 and round once, so they differ
