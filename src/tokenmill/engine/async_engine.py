@@ -52,7 +52,10 @@ class OutputStream:
         how far its consumer had fallen behind."""
         held = None
         while True:
-            item, held = (held, None) if held is not None else (await self.queue.get(), None)
+            if held is None:
+                item = await self.queue.get()
+            else:
+                item, held = held, None
             if isinstance(item, BaseException):
                 raise item
             ready = [item]
