@@ -104,7 +104,7 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
     it serves: ``engine`` is an AsyncEngine, its steps on its own thread, the
     outputs streamed to consumers on this thread's event loop (as `tokenmill
     bench` and `tokenmill serve` read them), each step timed from taking its
-    inbox to handing off its outputs (AsyncEngine.step_log). Every shape is
+    inbox to its outputs ready to hand off (AsyncEngine.step_log). Every shape is
     timed in each of ``rounds`` rounds and its median taken over all of them:
     this VM's speed drifts by tens of percent within minutes, and shapes timed
     one after another once would fit that drift as a bend of the step curve."""
@@ -137,13 +137,14 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
 
     shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS]
     samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
-    per_round = max(1, -(-repeats // rounds))
+    decode_steps = -(-repeats // rounds)  # per round, so that `repeats` or more are timed in all
+    prefills = -(-max(3, repeats // 4) // rounds)  # per round, of each prompt length
     for _ in range(rounds):
         for batch, tokens in shapes:
-            if batch:  # the batch's prompts take a few prefill steps; then per_round+ steps of all of them
-                runs = [([prompt(CONTEXT) for _ in range(batch)], per_round + 12)]
+            if batch:  # the batch's prompts take a few prefill steps; then decode_steps+ steps of all of them
+                runs = [([prompt(CONTEXT) for _ in range(batch)], decode_steps + 12)]
             else:
-                runs = [([prompt(tokens)], 1) for _ in range(max(1, -(-max(3, repeats // 4) // rounds)))]
+                runs = [([prompt(tokens)], 1) for _ in range(prefills)]
             samples[(batch, tokens)] += times_of(runs, batch, tokens)
     return [(shape, statistics.median(samples[shape])) for shape in shapes]
 
