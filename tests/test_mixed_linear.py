@@ -13,6 +13,7 @@ from tokenmill.engine.resolve import (
     cpu_has_avx2_panels,
     cpu_has_bf16_panels,
     cpu_has_fast_bf16,
+    cpu_has_float32_panels,
     resolve_linear_backend,
 )
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
@@ -139,19 +140,23 @@ def test_mixed_engine_decodes_like_onednn_on_the_embedded_model():
 
 
 @pytest.mark.skipif(not runs_in(torch.float32), reason="needs the C++ kernels and oneDNN float32 packing")
-def test_float32_auto_mixes_on_avx2_and_decodes_like_torch():
-    """Float32: auto takes the panels on CPUs with AVX2 and FMA (torch
-    elsewhere); the tiny model's greedy tokens are those of F.linear."""
+def test_float32_auto_takes_the_panels_on_avx2_and_decodes_like_torch():
+    """Float32: auto takes the panel kernel on CPUs with AVX2 and FMA, for every
+    call without AVX-512 (panels), up to 128 rows with it (mixed), torch
+    elsewhere; the tiny model's greedy tokens are those of F.linear either way."""
     assert resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.float32) == "mixed"
     with pytest.raises(ValueError, match="linear_backend: mixed runs on CPU in float32 or bfloat16"):
         resolve_linear_backend(EngineConfig(linear_backend="mixed"), CPU, torch.float16)
     config = dict(model="dummy:tiny", load_format="dummy", dtype="float32", num_kv_blocks=32, max_model_len=128)
     auto = LLMEngine(EngineConfig(**config))
-    assert auto.core.linear_backend == ("mixed" if cpu_has_avx2_panels() else "torch")
+    assert auto.core.linear_backend == \
+        ("panels" if cpu_has_float32_panels() else "mixed" if cpu_has_avx2_panels() else "torch")
     mixed = LLMEngine(EngineConfig(**config, linear_backend="mixed"))
     assert all(isinstance(getattr(o, a), MixedLinear) for o, a in mixed.core.model.decoder_linears())
+    panels = LLMEngine(EngineConfig(**config, linear_backend="panels"))
     plain = LLMEngine(EngineConfig(**config, linear_backend="torch"))
     prompts = [[3 + i, 17, 29, 41 + i] for i in range(4)]
     params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-    assert [r.token_ids for r in mixed.generate(prompts, params)] == \
-        [r.token_ids for r in plain.generate(prompts, params)]
+    expected = [r.token_ids for r in plain.generate(prompts, params)]
+    assert [r.token_ids for r in mixed.generate(prompts, params)] == expected
+    assert [r.token_ids for r in panels.generate(prompts, params)] == expected

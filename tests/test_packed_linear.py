@@ -56,7 +56,7 @@ def test_prepack_swaps_plain_linears_and_keeps_the_tied_head_weight():
 def test_auto_packs_bf16_on_cpu_only_and_onednn_refuses_what_it_cannot_pack():
     # mixed: AMX or AVX512-BF16; panels: other AVX-512 CPUs (tests/test_panel_linears.py has the rule per CPU)
     assert resolve_linear_backend(EngineConfig(), CPU, torch.bfloat16) in ("onednn", "mixed", "panels")
-    assert resolve_linear_backend(EngineConfig(), CPU, torch.float32) in ("torch", "mixed")  # mixed: AVX2 + FMA
+    assert resolve_linear_backend(EngineConfig(), CPU, torch.float32) in ("torch", "mixed", "panels")  # AVX2 + FMA
     assert resolve_linear_backend(EngineConfig(linear_backend="onednn"), CPU, torch.float32) == "onednn"
     assert resolve_linear_backend(EngineConfig(quantization="int4"), CPU, torch.bfloat16) == "int4"
     assert resolve_linear_backend(EngineConfig(deterministic=True), CPU, torch.bfloat16) == "invariant"

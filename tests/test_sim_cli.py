@@ -92,6 +92,7 @@ def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
     hw = replace(get_hardware("h100"), flops={"fp32": 1e11}, memory_bw=2e10, default_precision="fp32")
     shapes = {(b, 0): StepShape(decode_contexts=(CONTEXT,) * b) for b in (1, 8, 32)}
     shapes[(0, 256)] = StepShape(prefills=(PrefillChunk(256, 0),))
+    shapes[(4, 128)] = StepShape(decode_contexts=(CONTEXT,) * 4, prefills=(PrefillChunk(128, 0),))
     points = [(key, step_time(step_cost(arch, s, Parallel(), "fp32", 4.0), replace(hw, efficiency=truth),
                               "fp32").total_s) for key, s in shapes.items()]
     fitted, error, overlap = fit_efficiency(arch, hw, "fp32", points)
@@ -127,6 +128,7 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     assert main(["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "decode step, batch 4" in out and "per sequence" in out
+    assert "prefill of 128 tokens beside 4 decodes" in out
     profile = json.loads((tmp_path / "this-machine.json").read_text())
     assert profile["default_precision"] == "fp32" and "dummy:tiny in fp32" in profile["sources"][0]
     assert profile["kv_cache_bytes"] > 0  # the engine's own default cache, not the machine's memory
@@ -160,10 +162,13 @@ def test_served_steps_are_timed_in_alternated_rounds():
         points = calibrate.measure_served_steps(served, (1, 3), repeats=4, rounds=2)
     finally:
         served.shutdown()
-    assert [shape for shape, _ in points] == [(1, 0), (3, 0), (0, 64), (0, 256)]
+    assert [shape for shape, _ in points] == [(1, 0), (3, 0), (0, 64), (0, 256), calibrate.MIXED_STEP]
     assert all(seconds > 0 for _, seconds in points)
-    # Per request 2 + 12 decode steps; the 3 prefills of each length, rounded up to 2 per round.
-    one_round = [(calibrate.CONTEXT, 14)] * 4 + [(64, 1)] * 2 + [(256, 1)] * 2
+    # Per request 2 + 12 decode steps; the 3 prefills of each length, rounded up to 2 per round; as many
+    # mixed steps, each a prompt sent once its round's decoding requests have their second token.
+    decodes, tokens = calibrate.MIXED_STEP
+    one_round = [(calibrate.CONTEXT, 14)] * 4 + [(64, 1)] * 2 + [(256, 1)] * 2 + \
+        ([(calibrate.CONTEXT, 14)] * decodes + [(tokens, 1)]) * 2
     assert calls == one_round * 2
 
 

@@ -73,9 +73,10 @@ def _add_kernel_args(g) -> None:
                         "float32/bfloat16), panels (the panel kernel "
                         "for every call; CPU, float32/bfloat16), onednn (weights prepacked once at load for oneDNN; "
                         "CPU) or torch (F.linear); auto: mixed in bfloat16 on CPUs with AMX or AVX512-BF16, panels "
-                        "in bfloat16 on other AVX-512 CPUs, mixed in float32 on CPUs with AVX2 and FMA (mixed "
-                        "only when the second layout fits in a quarter of the free memory), onednn on other CPUs "
-                        "in bfloat16, torch otherwise")
+                        "in bfloat16 on other AVX-512 CPUs, panels in float32 on CPUs with AVX2 and FMA but no "
+                        "AVX-512 (faster than oneDNN at every row count there), mixed in float32 on AVX-512 CPUs "
+                        "(mixed only when the second layout fits in a quarter of the free memory), onednn on other "
+                        "CPUs in bfloat16, torch otherwise")
     g.add_argument("--deterministic", action="store_true",
                    help="batch-invariant mode: a request's tokens do not depend on the other requests in its "
                         "steps, chunking, prefix-cache hits or preemption (greedy and seeded sampling; CPU, "

@@ -79,8 +79,9 @@ class EngineConfig:
     kernel, one weight layout (CPU; kernels/invariant_linear.py); torch calls
     ``F.linear`` on the plain weight. auto: mixed in bfloat16 on CPUs with AMX
     or AVX512-BF16 (onednn when its second layout does not fit in memory),
-    panels in bfloat16 on other AVX-512 CPUs, mixed in float32 on CPUs with
-    AVX2 and FMA, onednn on other CPUs in bfloat16, torch otherwise
+    panels in bfloat16 on other AVX-512 CPUs, panels in float32 on CPUs with
+    AVX2 and FMA but no AVX-512, mixed in float32 on AVX-512 CPUs, onednn on
+    other CPUs in bfloat16, torch otherwise
     (engine/resolve.py). Layers replaced by ``quantization`` or
     ``deterministic`` keep their own kernels."""
     deterministic: bool = False

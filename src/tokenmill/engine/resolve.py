@@ -46,6 +46,14 @@ def cpu_has_avx2_panels() -> bool:
     return "avx2" in flags and "fma" in flags
 
 
+def cpu_has_float32_panels() -> bool:
+    """AVX2 and FMA without AVX-512: the panel kernel's 8-lane float32 path,
+    measured faster than oneDNN on the prepacked weight at every row count from
+    1 to 1024 on an AVX2 EPYC (Zen 3), so that it runs every linear call there
+    (docs/PERFORMANCE.md, "Float32 linears on panels past 128 rows")."""
+    return cpu_has_avx2_panels() and "avx512f" not in _cpu_flags()
+
+
 def cpu_has_bf16_panels() -> bool:
     """AVX-512 without native bf16 arithmetic: the panel kernel widens bf16
     weights on the fly (csrc/invariant_linear.cpp): a decode step measured
@@ -115,11 +123,13 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
     per ``config.linear_backend``. auto, on CPU in float32 or bfloat16:
     mixed in bfloat16 on CPUs with AMX or AVX512-BF16; panels in bfloat16 on
     AVX-512 CPUs without them (oneDNN's bf16 there is emulated, 2.5-4x slower);
-    mixed in float32 on CPUs with AVX2 and FMA (AVX-512 ones included); onednn
+    panels in float32 on CPUs with AVX2 and FMA but no AVX-512 (faster than
+    oneDNN at every row count there); mixed in float32 on AVX-512 CPUs; onednn
     in bfloat16 elsewhere; torch otherwise (and wherever the C++ kernels do
-    not build). Each rule is a measurement: kernels/mixed_linear.py and
-    kernels/invariant_linear.py. A ValueError naming ``linear_backend`` where
-    onednn, mixed or panels was asked for and cannot run. (The core falls
+    not build). Each rule is a measurement: kernels/mixed_linear.py,
+    kernels/invariant_linear.py and ``cpu_has_float32_panels``. A ValueError
+    naming ``linear_backend`` where onednn, mixed or panels was asked for and
+    cannot run. (The core falls
     back from an automatic mixed to onednn when the second weight copy does
     not fit in memory.)"""
     from tokenmill.kernels.packed_linear import onednn_available
@@ -149,7 +159,7 @@ def resolve_linear_backend(config, device: torch.device, dtype: torch.dtype) -> 
         _cpu_kernels("linear_backend", "cpp", device, dtype)  # raises when the C++ kernels cannot build
     if backend == "auto":
         kernels = cpu_dtype and _cpu_kernels("linear_backend", "auto", device, dtype) is not None
-        if dtype == torch.bfloat16 and kernels and cpu_has_bf16_panels():
+        if kernels and (cpu_has_bf16_panels() if dtype == torch.bfloat16 else cpu_has_float32_panels()):
             return "panels"
         if not fits:
             return "torch"

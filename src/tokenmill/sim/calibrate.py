@@ -6,8 +6,10 @@ Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device
    engine's dtype (on a CPU, or float32's where that is faster): the profile's peaks;
 2. our engine's own step times as it serves (the embedded model, or
    ``--model``; outputs streamed to consumers on an event loop, as `tokenmill
-   bench` and `serve` read them): decode steps at several batch sizes and two
-   prefill chunks, each the median of repeated steps over alternated rounds.
+   bench` and `serve` read them): decode steps at several batch sizes, two
+   prefill chunks, and a prefill chunk beside decodes (the step a request that
+   arrives while others decode waits on for its first token: a Server run's
+   TTFT), each the median of repeated steps over alternated rounds.
 
 The profile's efficiency factors (memory, GEMM, host overhead per step and
 per sequence, and with CUDA graphs a per-step cost of the eager steps) are
@@ -36,6 +38,11 @@ PROFILE_PATH = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "
     "this-machine.json"
 DECODE_BATCHES = (1, 8, 32)
 PREFILL_TOKENS = (64, 256)
+MIXED_STEP = (4, 128)
+"""(decodes, prefill tokens) of the calibrated step that carries both: the cost
+model adds the two parts' costs, and this point checks that the engine does
+too (on the AVX2 EPYC its float32 linears once switched kernels past 128 rows,
+and a 128-token chunk beside a few decodes cost 1.2x what the chunk did alone)."""
 CONTEXT = 64  # prompt tokens of each decoding request
 ROUNDS = 4  # each shape timed in this many alternated rounds (measure_served_steps)
 DEFAULT_PRICE_PER_HOUR = 0.10
@@ -110,19 +117,10 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
     one after another once would fit that drift as a bend of the step curve."""
     import asyncio
 
-    from tokenmill.sampling_params import SamplingParams
-
-    async def serve(prompts: list[list[int]], max_tokens: int) -> None:
-        async def one(prompt: list[int]) -> None:
-            async for _ in engine.generate(prompt, SamplingParams(max_tokens=max_tokens, temperature=0.0,
-                                                                   ignore_eos=True)):
-                pass
-        await asyncio.gather(*(one(p) for p in prompts))
-
-    def times_of(runs: list[tuple[list[list[int]], int]], decodes: int, prefill: int) -> list[float]:
+    def times_of(runs: list[tuple[list[list[int]], int, list[list[int]]]], decodes: int, prefill: int) -> list[float]:
         engine.step_log = []
-        for prompts, max_tokens in runs:
-            asyncio.run(serve(prompts, max_tokens))
+        for prompts, max_tokens, late in runs:
+            asyncio.run(_serve(engine, prompts, max_tokens, late))
         times = [t for d, p, t, _ in engine.step_log if (d, p) == (decodes, prefill)]
         engine.step_log = None
         if not times:
@@ -135,18 +133,46 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
     def prompt(n: int) -> list[int]:  # random ids: no prefix-cache hits between prompts
         return [rng.randrange(10, vocab) for _ in range(n)]
 
-    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS]
+    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS] + [MIXED_STEP]
     samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
     decode_steps = -(-repeats // rounds)  # per round, so that `repeats` or more are timed in all
     prefills = -(-max(3, repeats // 4) // rounds)  # per round, of each prompt length
     for _ in range(rounds):
         for batch, tokens in shapes:
-            if batch:  # the batch's prompts take a few prefill steps; then decode_steps+ steps of all of them
-                runs = [([prompt(CONTEXT) for _ in range(batch)], decode_steps + 12)]
-            else:
-                runs = [([prompt(tokens)], 1) for _ in range(prefills)]
+            if not tokens:  # the batch's prompts take a few prefill steps; then decode_steps+ steps of all of them
+                runs = [([prompt(CONTEXT) for _ in range(batch)], decode_steps + 12, [])]
+            else:  # a prompt alone, or arriving while `batch` others decode (their 2 tokens + 12 to spare)
+                runs = [([prompt(CONTEXT) for _ in range(batch)], 14, [prompt(tokens)]) for _ in range(prefills)]
             samples[(batch, tokens)] += times_of(runs, batch, tokens)
     return [(shape, statistics.median(samples[shape])) for shape in shapes]
+
+
+async def _serve(engine, prompts: list[list[int]], max_tokens: int, late: list[list[int]]) -> None:
+    """On ``engine`` (an AsyncEngine): ``prompts`` each decode ``max_tokens``
+    tokens; each of ``late`` (one token each) arrives once every one of them has
+    its second token, so that its prefill shares a step with their decodes."""
+    import asyncio
+
+    from tokenmill.sampling_params import SamplingParams
+
+    decoding, started = asyncio.Event(), [0]
+
+    async def one(prompt: list[int], tokens: int, watched: bool) -> None:
+        got = 0
+        async for out in engine.generate(prompt, SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)):
+            got += len(out.new_token_ids)
+            if watched and got >= 2 > got - len(out.new_token_ids):
+                started[0] += 1
+                if started[0] == len(prompts):
+                    decoding.set()
+
+    async def arrive(prompt: list[int]) -> None:
+        await decoding.wait()
+        await one(prompt, 1, False)
+
+    if not prompts:
+        decoding.set()
+    await asyncio.gather(*(one(p, max_tokens, True) for p in prompts), *(arrive(p) for p in late))
 
 
 def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tuple[int, int], float]],
@@ -166,8 +192,8 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
     from tokenmill.sim.shapes import PrefillChunk, StepShape
 
     kv_bytes = 4.0 if precision == "fp32" else 2.0
-    shapes = [StepShape(decode_contexts=(CONTEXT,) * batch) if batch else
-              StepShape(prefills=(PrefillChunk(tokens, 0),)) for (batch, tokens), _ in points]
+    shapes = [StepShape(decode_contexts=(CONTEXT,) * batch, prefills=(PrefillChunk(tokens, 0),) if tokens else ())
+              for (batch, tokens), _ in points]
     costs = [step_cost(arch, s, Parallel(), precision, kv_bytes) for s in shapes]
     measured = np.array([m for _, m in points])
     rule = Efficiency(graph_max_rows=graph_max_rows)

@@ -353,7 +353,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"this-machine ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
           f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")
     for (batch, tokens), seconds in points:
-        what = f"decode step, batch {batch}" if batch else f"prefill of {tokens} tokens"
+        what = f"decode step, batch {batch}" if not tokens else f"prefill of {tokens} tokens" + \
+            (f" beside {batch} decodes" if batch else "")
         print(f"  engine {what}: {seconds * 1e3:.2f} ms")
     eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
     print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
