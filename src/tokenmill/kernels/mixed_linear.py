@@ -10,7 +10,11 @@ batches) oneDNN is faster, up to 1.9x on the LM head at 256 rows. In float32
 on an AVX2 CPU without AVX-512 (the kernel's 8-lane path) the panels beat
 oneDNN at every row count measured, 1 to 256: 1.2-1.5x at one row, 1.7-3x at
 2-8 rows (a speculative verification step), and torch's F.linear by 2-5x
-(docs/PERFORMANCE.md, "Mixed linears in float32 on AVX2"); on an AVX-512
+(docs/PERFORMANCE.md, "Speculative decoding: draft_model, and float32 panels on
+AVX2"); and at 128 to 1024 rows on the AVX2 EPYC in a later session, where
+whole steps of a prefill chunk beside decodes ran 1.2x faster on panels alone
+("Float32 linears on panels past 128 rows"), so ``auto`` takes ``panels``
+there (every call on the kernel, one weight layout), not this class; on an AVX-512
 Xeon without BF16, float32 decode steps on mixed linears measured faster than
 on F.linear at 1-64 rows and equal at 256 ("bf16 on AVX-512 without BF16"). A
 ``MixedLinear`` keeps the weight in both layouts and sends calls of at most
@@ -43,7 +47,7 @@ PANEL_MAX_ROWS = 128
 """Calls with at most this many rows run on the panel kernel. Per call the
 crossover with oneDNN lies between 16 and 64 rows depending on the layer's
 shape, but whole decode steps measured faster with panels up to 128 rows and
-slower at 256 (docs/PERFORMANCE.md, "Mixed linears")."""
+slower at 256 (bf16 on the AMX Xeon: docs/PERFORMANCE.md, "Mixed linears")."""
 
 
 class MixedLinear(nn.Module):
