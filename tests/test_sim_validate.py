@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -176,6 +178,22 @@ def test_disaggregated_rows_run_their_published_pools():
     assert checked.simulated > 0 and checked.max_num_seqs == 32 and checked.parallel == Parallel(tp=1)
     wrong = check_row(_mlperf_row(scenario="server", num_gpus=8, parallel=row.parallel), num_requests=48)
     assert wrong.simulated is None and "takes 4 GPUs, not 8" in wrong.skipped
+
+
+def test_the_deepseek_interactive_row_runs_its_disaggregated_mtp_config():
+    row = next(r for r in RESULTS if r.model == "deepseek-r1" and r.scenario == "interactive")
+    d = parse_pools(row.parallel)  # 4 x DEP2 prefill + 4 x DEP16 decode, limits per attention-DP rank
+    assert d.num_gpus == row.num_gpus == 72
+    assert (d.parallel, d.max_num_seqs, d.max_num_batched_tokens) == (Parallel(tp=1, ep=2, attention_dp=True),
+                                                                       2 * 128, 12288)
+    assert (d.decode_parallel, d.decode_max_num_seqs) == (Parallel(tp=1, ep=16, attention_dp=True), 16 * 128)
+    assert row.mtp == (3, 2.82) and not row.chunked_prefill
+    # Its MTP reaches the simulated deployment: a small disaggregated row with and without it.
+    small = _mlperf_row(scenario="offline", num_gpus=4,
+                        parallel="2 x TP1 prefill (batch 16, 2048 tokens) + 1 x TP2 decode (batch 32)")
+    plain = check_row(small, num_requests=48, duration_s=20.0)
+    drafting = check_row(replace(small, mtp=(3, 4.0)), num_requests=48, duration_s=20.0)
+    assert drafting.simulated > plain.simulated > 0  # every draft accepted: 4 tokens per decode step
 
 
 def test_rows_fuse_the_all_reduces_where_their_configs_do():

@@ -78,7 +78,9 @@ def _add_deployment_args(g) -> None:
                         "the Pareto front; writes PATH (.png) and the points as .json next to it")
     g.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp8", "fp4"),
                    help="weights and GEMMs (default: the hardware's, as published runs use: fp8 Hopper, fp4 Blackwell)")
-    g.add_argument("--mtp", type=int, default=0, metavar="N", help="draft tokens verified per decode step")
+    g.add_argument("--mtp", type=int, default=0, metavar="N",
+                   help="draft tokens verified per decode step; a model with an MTP module (DeepSeek-V3/R1) also "
+                        "runs it once per draft in every step, other models draft for free")
     g.add_argument("--mtp-acceptance", type=float, default=None, metavar="TOKENS",
                    help="mean tokens accepted per decode step with --mtp (default 1 + 0.7 N)")
     g.add_argument("--fused-allreduce", action="store_true",

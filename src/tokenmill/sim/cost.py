@@ -344,7 +344,14 @@ def _comm(s: ModelShape, r: _Rows, p: Parallel, precision: str) -> tuple[float, 
 def step_cost(arch: ArchInfo, shape: StepShape, parallel: Parallel, precision: str,
               kv_dtype_bytes: float) -> StepCost:
     """One step of ``shape`` (the whole replica's rows) as seen by one of its devices."""
-    s, bpp, r, p = model_shape(arch), _bytes_per_param(precision), _rows(shape), parallel
+    return shape_step_cost(model_shape(arch), shape, parallel, precision, kv_dtype_bytes)
+
+
+def shape_step_cost(s: ModelShape, shape: StepShape, parallel: Parallel, precision: str,
+                    kv_dtype_bytes: float) -> StepCost:
+    """``step_cost`` of a model given by its ``ModelShape`` (sim/mtp_module.py prices a
+    next-token-prediction module's pass as a one-layer model)."""
+    bpp, r, p = _bytes_per_param(precision), _rows(shape), parallel
     window = _window_rows(shape, r, s.sliding_window) if s.num_sliding_layers else r
     gemm, attn = _flops(s, r, window, p)
     # KV bytes per token of the full layers and of the sliding-window ones (which still

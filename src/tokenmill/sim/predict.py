@@ -25,6 +25,7 @@ from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.mtp_module import draft_seconds
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.scenarios import (
     MLPERF_SERVER_MIN_QUERIES,
@@ -68,7 +69,8 @@ class Deployment:
     """KV cache per device (``--kv-cache-memory-gib``); None: the profile's (``Hardware.kv_cache_bytes``),
     else what ``memory_fraction`` leaves after the weights."""
     mtp_depth: int = 0
-    """Draft tokens verified per decode step (speculative decoding / MTP)."""
+    """Draft tokens verified per decode step (speculative decoding / MTP); a model with an MTP
+    module pays its forward once per draft token in every step (sim/mtp_module.py)."""
     mtp_tokens_per_step: float = 1.0
     """Mean tokens accepted per decode step (1 + accepted drafts)."""
     fused_allreduce: bool = False
@@ -208,7 +210,8 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     def step_seconds(parallel: Parallel):
         def seconds(shape: StepShape) -> float:
             cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
-            return step_time(cost, hw, d.precision, d.fused_allreduce).total_s
+            drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
+            return step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts
         return seconds
 
     seconds = step_seconds(d.parallel)

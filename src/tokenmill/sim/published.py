@@ -71,8 +71,19 @@ class PublishedResult:
     every prompt waiting from the start it only paces refills."""
     chunked_prefill: bool = True
     """False where the config sets ``enable_chunked_context: False`` (every DeepSeek-R1 config; set on
-    the Server rows, as ``adp_balance``)."""
+    the Server rows, as ``adp_balance``) or leaves TensorRT-LLM's default (off) in place."""
+    mtp: tuple[int, float] | None = None
+    """(draft tokens, mean tokens per decode step) of a run with MTP speculative decoding: its
+    config's ``num_nextn_predict_layers`` and a published acceptance (``MTP3_TOKENS_PER_STEP``)."""
 
+
+MTP3_TOKENS_PER_STEP = 2.82
+"""DeepSeek-R1's mean tokens per decode step with 3 autoregressive MTP drafts under strict
+acceptance: NVIDIA/TensorRT-LLM docs/source/blogs/tech_blog/blog1_Pushing_Latency_Boundaries_
+Optimizing_DeepSeek-R1_Performance_on_NVIDIA_B200_GPUs.md @01c4ece9, table "Autoregressive MTP
+Layers" (1K/2K requests at batch 1 on 8 B200: MTP 1 1.92, 2 2.58, 3 2.82, 4 2.99). Relaxed
+acceptance reaches 3.06-3.10 there; the MLPerf configs do not switch it on. Not measured on the
+MLPerf dataset."""
 
 _INF = "github.com/mlcommons/inference @b66003e"
 
@@ -207,7 +218,8 @@ queries at 110 QPS, over half an hour of arrivals where LoadGen asks for 600 s."
 
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
             prec: str, total: float, parallel: str | None = None, note: str = "",
-            fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False) -> PublishedResult:
+            fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False,
+            mtp: tuple[int, float] | None = None) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
@@ -215,7 +227,7 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
-                           chunked_prefill=not whole_prompts)
+                           chunked_prefill=not whole_prompts, mtp=mtp)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
@@ -252,7 +264,13 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 647076, _ADP8),
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 400436.77, _ADP8,
             adp=(3, 9), whole_prompts=True),
-    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive", "deepseek-r1", "gb300", 72, "fp4", 250633.67),
+    _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive", "deepseek-r1", "gb300", 72, "fp4", 250633.67,
+            "4 x DEP2 prefill (batch 128, 12288 tokens) + 4 x DEP16 decode (batch 128)",
+            "disaggregated under Dynamo's KV router: closed/NVIDIA/configs/GB300-NVL72_GB300-288GB_aarch64x72/"
+            "Interactive/deepseek-r1.py and its workers' disagg_prefill (x2) / disagg_decode (x16) yml: batch and "
+            "token budget per attention-DP rank, MTP 3 in both pools, prompts unchunked (enable_chunked_prefill "
+            "left at its default, off), target_qps 68",
+            whole_prompts=True, mtp=(3, MTP3_TOKENS_PER_STEP)),
     _mlperf(_V60, "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline", "deepseek-r1",
             "gb300", 8, "fp4", 78564, "TP8 EP8 attention-DP",
             f"{_ISSUE17} gives 9,821 for DeepSeek-R1 Offline: this 8-GPU result, not the 72-GPU one"),

@@ -24,8 +24,9 @@ tensor-parallel all-reduces into the GEMMs run so (``PublishedResult.fused_allre
 the MLPerf Llama-3.1-405B rows but one), and the DeepSeek-R1 Server rows with their
 configs' attention-DP prompt balancing and whole prompts (``adp_balance``, ``chunked_prefill``).
 A row served by disaggregated pools ("26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)", its
-published configs' worker counts, layouts and limits) runs exactly that
-deployment (``_check_pools``).
+published configs' worker counts, layouts and limits; "4 x DEP2 prefill (batch 128, 12288 tokens) + 4 x
+DEP16 decode (batch 128)", per attention-DP rank) runs exactly that deployment (``_check_pools``), with
+the MTP drafts its config sets (``PublishedResult.mtp``).
 
 Batch size: a max-throughput run is measured at the batch its engine was
 tuned to, so each row is simulated at every ``max_num_seqs`` of the
@@ -103,7 +104,8 @@ def parse_parallel(text: str | None) -> Parallel:
 
 _POOLS = re.compile(r"(\d+) x (.+?) prefill \(batch (\d+), (\d+) tokens\) \+ (\d+) x (.+?) decode \(batch (\d+)\)")
 """A disaggregated row's layout: prefill replicas, their layout, batch limit and token budget;
-decode replicas, their layout and batch limit."""
+decode replicas, their layout and batch limit. Batch limits and budgets are TensorRT-LLM's
+``max_batch_size`` and ``max_num_tokens``: a replica's, or each rank's under attention DP."""
 
 
 def parse_pools(text: str | None) -> Deployment | None:
@@ -113,9 +115,14 @@ def parse_pools(text: str | None) -> Deployment | None:
     if m is None:
         return None
     prefill, decode = parse_parallel(m[2]), parse_parallel(m[6])
-    split = PoolSplit(int(m[1]), int(m[5]), decode_parallel=decode, decode_max_num_seqs=int(m[7]))
-    return Deployment(split.devices(prefill), prefill, "", max_num_seqs=int(m[3]), max_num_batched_tokens=int(m[4]),
-                      disagg=split)
+    split = PoolSplit(int(m[1]), int(m[5]), decode_parallel=decode, decode_max_num_seqs=int(m[7]) * _ranks(decode))
+    return Deployment(split.devices(prefill), prefill, "", max_num_seqs=int(m[3]) * _ranks(prefill),
+                      max_num_batched_tokens=int(m[4]), disagg=split)
+
+
+def _ranks(parallel: Parallel) -> int:
+    """Ranks a per-rank batch limit counts over: the attention-DP ranks, else the one replica."""
+    return parallel.dp if parallel.attention_dp else 1
 
 
 def row_workload(row: PublishedResult, num_requests: int, duration_s: float = MLPERF_MIN_DURATION_S) -> Workload:
@@ -147,8 +154,10 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
     except ValueError as e:
         return Checked(row, None, None, str(e))
     if pools:
-        return _check_pools(row, workload, replace(pools, precision=row.precision,
-                                                   fused_allreduce=row.fused_allreduce), hardware_for)
+        mtp_depth, mtp_tokens = row.mtp or (0, 1.0)
+        return _check_pools(row, workload, replace(pools, precision=row.precision, fused_allreduce=row.fused_allreduce,
+                                                   chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
+                                                   mtp_depth=mtp_depth, mtp_tokens_per_step=mtp_tokens), hardware_for)
     if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
     arch, hw = get_model(row.model), hardware_for(row.hardware)
@@ -176,6 +185,10 @@ def _check_pools(row: PublishedResult, workload: Workload, d: Deployment,
     except ValueError as e:
         return Checked(row, None, None, str(e))
     w = replace(workload, num_requests=max(workload.num_requests, 2 * d.decode_max_num_seqs))
+    if w.scenario in ("server", "interactive") and w.duration_s is not None:
+        # The peak search starts at the published rate (it brackets and bisects from there: a start,
+        # not an answer), sparing the Offline run that would size the start of a 72-GPU deployment.
+        w = replace(w, qps_hint=row.tokens_per_s_per_gpu * row.num_gpus / w.osl)
     return Checked(row, predict(arch, hw, d, w)["tokens_per_s_per_gpu"], d.decode_max_num_seqs, parallel=d.parallel)
 
 
