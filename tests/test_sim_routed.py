@@ -1,6 +1,8 @@
-"""sim/routed.py: replicas behind the least-load router, and predict's Server runs through it."""
+"""sim/routed.py: replicas behind the router's policies, and predict's Server runs through them."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -72,6 +74,34 @@ def test_routing_beats_a_random_split_at_the_same_load():
 def test_replicas_must_be_positive():
     with pytest.raises(ValueError, match="replicas"):
         simulate_routed([SimRequest(0.0, 10, 2)], 0, linear, CONFIG)
+    with pytest.raises(ValueError, match="--router: unknown policy 'fastest'"):
+        simulate_routed([SimRequest(0.0, 10, 2)], 2, linear, CONFIG, policy="fastest")
+
+
+def test_least_loaded_counts_requests_where_kv_counts_blocks():
+    # A 3,000-token prompt on replica 0, then two short ones on replica 1 (both policies: replica 0
+    # is loaded either way). The fourth request differs: kv sees replica 0's 188 blocks against
+    # replica 1's 14 and sends it to 1; least-loaded sees 1 request in flight against 2 and sends it to 0.
+    requests = [SimRequest(0.0, 3000, 64), SimRequest(0.001, 100, 64), SimRequest(0.002, 100, 64),
+                SimRequest(0.003, 100, 64)]
+    kv = simulate_routed(requests, 2, linear, CONFIG, policy="kv")
+    counted = simulate_routed(requests, 2, linear, CONFIG, policy="least-loaded")
+    ttft_kv, ttft_counted = (r.first_token_s - r.arrival_s for r in (kv, counted))
+    assert ttft_kv[3] < 0.05  # beside the short ones on replica 1
+    assert ttft_counted[3] > 0.3  # behind the long prompt's chunks on replica 0
+    # Round-robin deals 0, 1, 0, 1: the third request waits behind the long prompt.
+    dealt = simulate_routed(requests, 2, linear, CONFIG, policy="round-robin")
+    assert (dealt.first_token_s - dealt.arrival_s)[2] > 0.3
+    # Random is seeded: the same arrivals go the same way twice.
+    once, again = (simulate_routed(_heavy_tailed(200, 20.0), 3, linear, CONFIG, policy="random") for _ in range(2))
+    np.testing.assert_array_equal(once.finish_s, again.finish_s)
+
+
+def test_the_cli_router_choices_are_the_simulated_policies():
+    from tokenmill.sim.cli_args import ROUTER_NAMES
+    from tokenmill.sim.routed import ROUTER_POLICIES
+
+    assert ROUTER_NAMES == ROUTER_POLICIES
 
 
 def test_predict_routes_server_arrivals_over_a_group(monkeypatch):
@@ -85,6 +115,9 @@ def test_predict_routes_server_arrivals_over_a_group(monkeypatch):
     w = Workload("server", isl=1024, osl=128, num_requests=200, target_qps=80.0)
     routed = predict(arch, hw, d, w)
     assert routed["config"]["routed_group"] == predict_module.ROUTED_GROUP == 4
+    assert routed["config"]["router"] == "kv"
+    counted = predict(arch, hw, replace(d, router="least-loaded"), w)
+    assert counted["config"]["router"] == "least-loaded" and counted["requests_simulated"] == 1600
     assert routed["requests_simulated"] == 1600  # 200 per replica: 800 simulated over 4, scaled to 8
     offline = predict(arch, hw, d, Workload("offline", isl=1024, osl=128, num_requests=200))
     assert offline["config"]["routed_group"] is None

@@ -196,6 +196,16 @@ def test_the_deepseek_interactive_row_runs_its_disaggregated_mtp_config():
     assert drafting.simulated > plain.simulated > 0  # every draft accepted: 4 tokens per decode step
 
 
+def test_mlperf_rows_route_as_nvidias_harness_unless_their_config_says_otherwise():
+    from tokenmill.sim.published import NVIDIA_HARNESS_ROUTER
+
+    assert NVIDIA_HARNESS_ROUTER == "least-loaded"  # the fewest queries in flight
+    mlperf = [r for r in RESULTS if r.dataset or "MLPerf" in r.source]
+    by_kv = [r for r in mlperf if r.router == "kv"]
+    assert len(by_kv) == 1 and "Nebius" in by_kv[0].source and "isl_load_balancing" in by_kv[0].note
+    assert all(r.router == NVIDIA_HARNESS_ROUTER for r in mlperf if r not in by_kv)
+
+
 def test_rows_fuse_the_all_reduces_where_their_configs_do():
     def key(r):
         return r.hardware, r.scenario, "v6.0" if "v6.0" in r.source else "v5.1" if "v5.1" in r.source else "?"

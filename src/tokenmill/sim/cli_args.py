@@ -12,6 +12,8 @@ MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "llama2-70b", "de
                "gpt-oss-120b")
 """sim/models.py's SIM_MODELS, named here so `tokenmill --help` need not import torch (a test keeps them equal)."""
 DEFAULT_NUM_REQUESTS = 2000
+ROUTER_NAMES = ("kv", "least-loaded", "round-robin", "random")
+"""sim/routed.py's ROUTER_POLICIES (a test keeps them equal)."""
 DATASET_NAMES = ("deepseek-r1", "llama3.1-405b", "llama3.1-8b", "llama2-70b")
 """sim/mlperf_lengths.py's DATASET_DISTRIBUTIONS (a test keeps them equal)."""
 
@@ -87,6 +89,11 @@ def _add_deployment_args(g) -> None:
                    help="tensor-parallel all-reduces fused into the GEMMs they follow, overlapping them (as the "
                         "published MLPerf Llama-3.1-405B runs: TensorRT-LLM's GEMM + all-reduce fusion); default: "
                         "they run between layers, as in our engine")
+    g.add_argument("--router", default="kv", choices=ROUTER_NAMES,
+                   help="how Server and Interactive arrivals pick a replica, as `tokenmill serve --router`: kv "
+                        "(least KV blocks held or prompt blocks pending), least-loaded (fewest requests in flight: "
+                        "also NVIDIA's MLPerf harness default for Server), round-robin or random (default: "
+                        "%(default)s; disaggregated pools route by kv)")
     g.add_argument("--kv-cache-memory-gib", type=float, default=None, metavar="GIB",
                    help="KV cache per device (default: this-machine's engine default, 1 GiB on a CPU, as "
                         "`tokenmill serve`; on the GPU profiles what 90%% of memory leaves after the weights)")

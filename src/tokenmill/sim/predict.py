@@ -84,6 +84,9 @@ class Deployment:
     """(batching_wait_iters, timeout_iters) of TensorRT-LLM's attention-DP prompt balancing
     (sim/adp_balance.py; the published DeepSeek-R1 MLPerf Server configs: (3, 9), or (2, 6) on some
     B200 systems), for layouts with attention DP; None: off, as our engine."""
+    router: str = "kv"
+    """How Server and Interactive arrivals pick an aggregated replica (sim/routed.py
+    ``ROUTER_POLICIES``, as ``tokenmill serve --router``); disaggregated pools route by ``kv``."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
@@ -239,7 +242,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
             return simulate_disagg(requests, d.disagg, prefill, decode, transfer)
     elif group > 1:
         def run(requests):
-            return simulate_routed(requests, group, seconds, config)
+            return simulate_routed(requests, group, seconds, config, d.router)
     else:
         def run(requests):
             return simulate(requests, seconds, config)
@@ -251,6 +254,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         result, qps = _scenario(w, run, seconds, config, num_requests, share)
     figures = _figures(result, hw, d, w, blocks, qps, share, decode_blocks)
     figures["config"]["routed_group"] = group if group > 1 else None
+    figures["config"]["router"] = d.router if group > 1 else None
     return figures
 
 

@@ -72,6 +72,9 @@ class PublishedResult:
     chunked_prefill: bool = True
     """False where the config sets ``enable_chunked_context: False`` (every DeepSeek-R1 config; set on
     the Server rows, as ``adp_balance``) or leaves TensorRT-LLM's default (off) in place."""
+    router: str = "kv"
+    """How the run sent Server and Interactive queries to its instances (sim/routed.py policies):
+    ``NVIDIA_HARNESS_ROUTER`` for MLPerf rows, ``kv`` where a config names a prompt-length rule."""
     mtp: tuple[int, float] | None = None
     """(draft tokens, mean tokens per decode step) of a run with MTP speculative decoding: its
     config's ``num_nextn_predict_layers`` and a published acceptance (``MTP3_TOKENS_PER_STEP``)."""
@@ -84,6 +87,14 @@ Optimizing_DeepSeek-R1_Performance_on_NVIDIA_B200_GPUs.md @01c4ece9, table "Auto
 Layers" (1K/2K requests at batch 1 on 8 B200: MTP 1 1.92, 2 2.58, 3 2.82, 4 2.99). Relaxed
 acceptance reaches 3.06-3.10 there; the MLPerf configs do not switch it on. Not measured on the
 MLPerf dataset."""
+
+NVIDIA_HARNESS_ROUTER = "least-loaded"
+"""NVIDIA's MLPerf harness, which the TensorRT-LLM submissions run, sends each Server query to the
+instance with the fewest in flight unless a config says otherwise: llmlib ``load_balancing``
+(closed/NVIDIA/code/llmlib/config.py sets it for Server, factory.py picks the core with the fewest
+pending samples) and harness_llm ``loadBalancing`` (llm_server.cc, the least busy queue), read in
+the v5.1 and v6.0 code; v4.1's code was not read and is taken to do the same. Our router's
+``least-loaded`` policy is that rule (then KV blocks in use, on a tie)."""
 
 _INF = "github.com/mlcommons/inference @b66003e"
 
@@ -219,7 +230,7 @@ queries at 110 QPS, over half an hour of arrivals where LoadGen asks for 600 s."
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
             prec: str, total: float, parallel: str | None = None, note: str = "",
             fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False,
-            mtp: tuple[int, float] | None = None) -> PublishedResult:
+            mtp: tuple[int, float] | None = None, router: str = NVIDIA_HARNESS_ROUTER) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
@@ -227,7 +238,7 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
-                           chunked_prefill=not whole_prompts, mtp=mtp)
+                           chunked_prefill=not whole_prompts, mtp=mtp, router=router)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
@@ -283,8 +294,9 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 575579.74, _ADP8,
             "the per-instance config of NVIDIA's row (batch 640 per GPU, attention-DP balancing) with "
             "traffic_distribution_policy 'isl_load_balancing' across the 9 instances, where NVIDIA's config "
-            "leaves the harness's Server default ('load_balancing'): 1.44x NVIDIA's figure",
-            adp=(3, 9), whole_prompts=True),
+            "leaves the harness's Server default ('load_balancing'): 1.44x NVIDIA's figure; routed by our kv "
+            "policy, whose pending-prompt term is that rule",
+            adp=(3, 9), whole_prompts=True, router="kv"),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
             note=f"{_ISSUE17}: 271", fused=True),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,

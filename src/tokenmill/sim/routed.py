@@ -1,12 +1,19 @@
-"""Replicas behind a router: arrivals sent, one at a time, to the least-loaded replica.
+"""Replicas behind a router: arrivals sent, one at a time, to a replica by the policy
+of our cluster's router (``tokenmill serve --router``) of the same name:
 
-Our cluster's router (cluster/router/policies/kv.py) sends a request to the
-worker of lowest cost, where cost = the prompt blocks it would compute there
-(less the prefix it already caches) + the worker's load, the larger of the KV
-blocks its running requests hold and the prompt blocks of the requests routed
-to it that have not finished. The simulation's prefix hits (``cached_tokens``)
-are an input that every replica sees alike, so the first term is the same on
-every replica and the rule is: least load wins, ties to the lowest index.
+- ``kv`` (the default, cluster/router/policies/kv.py): the worker of lowest cost,
+  where cost = the prompt blocks it would compute there (less the prefix it already
+  caches) + the worker's load, the larger of the KV blocks its running requests hold
+  and the prompt blocks of the requests routed to it that have not finished. The
+  simulation's prefix hits (``cached_tokens``) are an input that every replica sees
+  alike, so the first term is the same on every replica and the rule is: least load
+  wins, ties to the lowest index.
+- ``least-loaded`` (policies/least_loaded.py): the fewest requests routed to it and
+  not finished, then the fewest KV blocks in use. This is also what NVIDIA's MLPerf
+  harness does by default for Server (llmlib ``load_balancing``: the core with the
+  fewest pending samples; harness_llm ``loadBalancing``: the fewest transactions in
+  flight), so ``sim validate`` routes those rows so.
+- ``round-robin``: arrivals in turn; ``random``: uniformly, from a fixed seed.
 
 Why it matters: a replica fed its 1/R share of a Poisson stream regardless of
 its state (random routing, what ``predict`` simulated for Server before) queues
@@ -24,6 +31,7 @@ the waiting queue of the step its replica starts next, as in ``simulate``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -31,18 +39,25 @@ import numpy as np
 
 from tokenmill.sim.serving import ReplicaSim, SimConfig, SimRequest, SimResult, StepTime
 
+ROUTER_POLICIES = ("kv", "least-loaded", "round-robin", "random")
+"""The policies of ``tokenmill serve --router``, as the simulation applies them (module docstring)."""
+
 
 def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: StepTime,
-                    config: SimConfig) -> SimResult:
-    """The requests over ``replicas`` replicas of ``config`` behind the least-load router;
+                    config: SimConfig, policy: str = "kv") -> SimResult:
+    """The requests over ``replicas`` replicas of ``config`` behind the router's ``policy``;
     per-request arrays in the given order, ``steps``, ``scheduled_*`` and ``busy_s``
     summed over the replicas."""
     requests = list(requests)
     if replicas < 1:
         raise ValueError(f"replicas: need at least 1, got {replicas}")
+    if policy not in ROUTER_POLICIES:
+        raise ValueError(f"--router: unknown policy {policy!r}; choose from {', '.join(ROUTER_POLICIES)}")
     sims = [ReplicaSim(requests, config) for _ in range(replicas)]
     prompt_blocks = -(-sims[0].prompt // config.block_size)
     routed = np.zeros(replicas, dtype=np.int64)  # prompt blocks of routed requests not yet finished
+    pending = np.zeros(replicas, dtype=np.int64)  # routed requests not yet finished
+    choose = _chooser(policy, replicas, config, sims, routed, pending)
     owner = np.full(len(requests), -1, dtype=np.int64)
     clock = [0.0] * replicas
     order, nxt = sims[0].order, 0
@@ -54,12 +69,12 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
             break
         if r_step is None or t_arrival <= clock[r_step]:
             i = int(order[nxt])
-            load = [max(config.num_kv_blocks - s.free, int(routed[r])) for r, s in enumerate(sims)]
-            r = min(range(replicas), key=lambda k: load[k])
+            r = choose()
             if not sims[r].has_work():
                 clock[r] = max(clock[r], t_arrival)  # an idle replica starts its next step at the arrival
             sims[r].waiting.append(i)
             routed[r] += prompt_blocks[i]
+            pending[r] += 1
             owner[i] = r
             nxt += 1
             continue
@@ -67,7 +82,25 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
         clock[r_step] += sim.step(step_time, clock[r_step])
         if sim.finished_last_step.size:
             routed[r_step] -= int(prompt_blocks[sim.finished_last_step].sum())
+            pending[r_step] -= sim.finished_last_step.size
     return _merged(sims, owner)
+
+
+def _chooser(policy: str, replicas: int, config: SimConfig, sims: list[ReplicaSim], routed: np.ndarray,
+             pending: np.ndarray):
+    """A function picking the next arrival's replica from the replicas' states now (ties: lowest index)."""
+    def used(r: int) -> int:
+        return config.num_kv_blocks - sims[r].free
+
+    if policy == "kv":
+        return lambda: min(range(replicas), key=lambda r: max(used(r), int(routed[r])))
+    if policy == "least-loaded":
+        return lambda: min(range(replicas), key=lambda r: (int(pending[r]), used(r)))
+    if policy == "round-robin":
+        turn = itertools.count()
+        return lambda: next(turn) % replicas
+    rng = np.random.default_rng(0)
+    return lambda: int(rng.integers(replicas))
 
 
 def _merged(sims: list[ReplicaSim], owner: np.ndarray) -> SimResult:

@@ -200,7 +200,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
     order for the timed runs (``_timed_offline``, ``_peak``)."""
     out, why = [], "no layout fits"
     for parallel in parallels:
-        base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce,
+        base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce, router=row.router,
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
