@@ -60,6 +60,23 @@ def test_without_chunking_a_prompt_waits_for_a_step_with_room():
     assert chunked[0].prefills == (PrefillChunk(40, 0), PrefillChunk(24, 0))
 
 
+def test_the_overlap_scheduler_admits_one_step_later_while_busy():
+    # A runs from t = 0 (its replica was idle: admitted at once either way); B arrives during A's
+    # first step. Without the overlap scheduler B joins step 2; with it, step 2's batch was formed
+    # when step 1 started, before B arrived, so B joins step 3: one ~10 ms step later.
+    requests = [SimRequest(0.0, 10, 50), SimRequest(0.005, 10, 50)]
+    shapes_plain, shapes_overlap = [], []
+    plain = simulate(requests, recording(linear, shapes_plain), big())
+    overlap = simulate(requests, recording(linear, shapes_overlap), big(overlap_scheduler=True))
+    assert plain.ttft_s[0] == overlap.ttft_s[0] == pytest.approx(A + 10 * B)
+    assert [len(s.prefills) for s in shapes_plain[:3]] == [1, 1, 0]
+    assert [len(s.prefills) for s in shapes_overlap[:3]] == [1, 0, 1]
+    assert overlap.ttft_s[1] - plain.ttft_s[1] == pytest.approx(A + B)  # step 2: A's one decode row
+    # An idle replica admits at once: B alone, arriving after A finished, waits for no step.
+    late = [SimRequest(0.0, 10, 2), SimRequest(1.0, 10, 2)]
+    assert simulate(late, linear, big(overlap_scheduler=True)).ttft_s[1] == pytest.approx(A + 10 * B)
+
+
 def test_offline_throughput_matches_closed_form():
     # Every request holds a slot for N steps (1 prefill + N-1 decodes), B at a time;
     # rows per request: P + N - 1. Time = a x R x N / B + b x R x (P + N - 1).

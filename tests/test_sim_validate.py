@@ -204,6 +204,8 @@ def test_mlperf_rows_route_as_nvidias_harness_unless_their_config_says_otherwise
     by_kv = [r for r in mlperf if r.router == "kv"]
     assert len(by_kv) == 1 and "Nebius" in by_kv[0].source and "isl_load_balancing" in by_kv[0].note
     assert all(r.router == NVIDIA_HARNESS_ROUTER for r in mlperf if r not in by_kv)
+    # The same harness leaves TensorRT-LLM's overlap scheduler on; trtllm-bench's Offline tables are not delayed.
+    assert all(r.overlap_scheduler for r in mlperf) and not any(r.overlap_scheduler for r in RESULTS if not r.dataset)
 
 
 def test_rows_fuse_the_all_reduces_where_their_configs_do():

@@ -45,6 +45,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                             args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
                             mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
+                            overlap_scheduler=args.overlap_scheduler,
                             chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
                             kv_cache_bytes=_kv_cache_bytes(args))
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")

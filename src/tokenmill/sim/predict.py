@@ -84,6 +84,9 @@ class Deployment:
     """(batching_wait_iters, timeout_iters) of TensorRT-LLM's attention-DP prompt balancing
     (sim/adp_balance.py; the published DeepSeek-R1 MLPerf Server configs: (3, 9), or (2, 6) on some
     B200 systems), for layouts with attention DP; None: off, as our engine."""
+    overlap_scheduler: bool = False
+    """TensorRT-LLM's overlap scheduler (sim/serving.py): a busy replica admits a request one step
+    later. On in the published runs (NVIDIA's harness leaves TensorRT-LLM's default); off in our engine."""
     router: str = "kv"
     """How Server and Interactive arrivals pick an aggregated replica (sim/routed.py
     ``ROUTER_POLICIES``, as ``tokenmill serve --router``); disaggregated pools route by ``kv``."""
@@ -221,7 +224,8 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
 
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
-                       draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance)
+                       draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance,
+                       overlap_scheduler=d.overlap_scheduler)
     # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
     # group's share); disaggregated: all of it.
     routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
@@ -230,7 +234,9 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     num_requests = w.num_requests * (d.replicas if d.disagg else group)
     decode_blocks = None
     if d.disagg:
-        prefill = Pool(seconds, config)
+        # Published prefill workers switch the overlap scheduler off (disable_overlap_scheduler in
+        # NVIDIA's disaggregated configs); their decode workers keep it.
+        prefill = Pool(seconds, replace(config, overlap_scheduler=False))
         decode_parallel, decode_seqs = d.decode_parallel, d.decode_max_num_seqs
         decode_blocks = kv_blocks(arch, hw, d, decode_parallel)
         decode = Pool(step_seconds(decode_parallel), replace(
@@ -353,6 +359,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
+                   "overlap_scheduler": d.overlap_scheduler,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,

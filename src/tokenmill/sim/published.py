@@ -72,6 +72,10 @@ class PublishedResult:
     chunked_prefill: bool = True
     """False where the config sets ``enable_chunked_context: False`` (every DeepSeek-R1 config; set on
     the Server rows, as ``adp_balance``) or leaves TensorRT-LLM's default (off) in place."""
+    overlap_scheduler: bool = False
+    """TensorRT-LLM's overlap scheduler was on (sim/serving.py): NVIDIA's MLPerf harness leaves its
+    default, on (closed/NVIDIA/code/llmlib/config.py ``disable_overlap_scheduler: False``, v5.1 and
+    v6.0), so every MLPerf row; trtllm-bench's Offline tables run without arrivals to delay."""
     router: str = "kv"
     """How the run sent Server and Interactive queries to its instances (sim/routed.py policies):
     ``NVIDIA_HARNESS_ROUTER`` for MLPerf rows, ``kv`` where a config names a prompt-length rule."""
@@ -230,7 +234,8 @@ queries at 110 QPS, over half an hour of arrivals where LoadGen asks for 600 s."
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
             prec: str, total: float, parallel: str | None = None, note: str = "",
             fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False,
-            mtp: tuple[int, float] | None = None, router: str = NVIDIA_HARNESS_ROUTER) -> PublishedResult:
+            mtp: tuple[int, float] | None = None, router: str = NVIDIA_HARNESS_ROUTER,
+            overlap: bool = True) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
@@ -238,7 +243,7 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
-                           chunked_prefill=not whole_prompts, mtp=mtp, router=router)
+                           chunked_prefill=not whole_prompts, mtp=mtp, router=router, overlap_scheduler=overlap)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "

@@ -22,7 +22,8 @@ without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the
 (``max_num_tokens``; the build flags' where the runtime flags name a larger one, as in the GB300
 racks' 4,608 against 3,456) and the attention-DP prompt balancing (``adp_balancing_*``); every one of
 these configs runs TP8 EP8 attention DP per 8-GPU instance with ``adp_balancing_enable: True`` and
-``enable_chunked_context: False``, and the simulation runs them so. The B300 systems' runs are left
+``enable_chunked_context: False``, under NVIDIA's harness, which leaves TensorRT-LLM's overlap
+scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. The B300 systems' runs are left
 out (no B300 profile).
 """
 
@@ -144,7 +145,8 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
     """One instance of ``run`` at its share of the published rate and count."""
     isl, osl, osl_max = dataset_means(run.model)
     d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.batch_per_gpu * run.instance_gpus,
-                   max_num_batched_tokens=run.max_num_tokens, chunked_prefill=False, adp_balance=run.adp_balance)
+                   max_num_batched_tokens=run.max_num_tokens, chunked_prefill=False, adp_balance=run.adp_balance,
+                   overlap_scheduler=True)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
     f = predict(get_model(run.model), get_hardware(run.hardware), d, w)

@@ -17,6 +17,11 @@ arrival. Each step schedules as ``Scheduler.schedule`` does:
   (chunked prefill);
 - with ``adp_balance`` (TensorRT-LLM's attention-DP prompt balancing, not our
   scheduler's; sim/adp_balance.py) a step admits only when that rule lets prompts in;
+- with ``overlap_scheduler`` (TensorRT-LLM's, on by default there; not ours) a
+  step's batch is formed while the step before it runs, so while running
+  requests keep the replica busy a step admits only requests that arrived
+  before the step before it started: one step more of waiting (an idle
+  replica, or one with nothing running, admits at once);
 - after the step, ``Scheduler.update``'s counter rule: computed = start +
   scheduled - drafts + accepted drafts; a request samples when the step
   reaches its last token, so its first token comes at the end of the step
@@ -89,6 +94,8 @@ class SimConfig:
     is still chunked when it is the step's first work, or it could never run)."""
     adp_balance: AdpBalance | None = None
     """TensorRT-LLM's attention-DP prompt balancing (sim/adp_balance.py); None: admit every step."""
+    overlap_scheduler: bool = False
+    """TensorRT-LLM's overlap scheduler (module docstring): admission one step later while busy."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size"):
@@ -238,6 +245,9 @@ class ReplicaSim:
         self.finished_last_step = _EMPTY
         """Requests the last step finished (sim/routed.py subtracts their load)."""
         self.adp_gate = AdpGate(cfg.adp_balance) if cfg.adp_balance else None
+        self.cutoff = math.inf
+        """Latest arrival the step being scheduled may admit (``overlap_scheduler``)."""
+        self.last_start = self.last_end = -math.inf  # of the last step that ran
 
     def _validate(self, cached: np.ndarray) -> None:
         cfg = self.cfg
@@ -280,6 +290,9 @@ class ReplicaSim:
         """One engine step starting at ``t`` over what is running and waiting;
         returns its seconds (0 for a preempting step that scheduled nothing)."""
         self.finished_last_step = _EMPTY
+        # With the overlap scheduler a busy replica formed this step's batch when the last one started.
+        busy = self.cfg.overlap_scheduler and self.last_end >= t
+        self.cutoff = self.last_start if busy else math.inf
         step = self._schedule()
         if not step.ids.size:  # only a preempting step can schedule nothing
             self.idle_steps += 1
@@ -295,6 +308,7 @@ class ReplicaSim:
         self.seqs += step.ids.size
         self.tokens += int(step.num.sum())
         self.finished_last_step = self._update(step, t + dt)
+        self.last_start, self.last_end = t, t + dt
         return dt
 
     def result(self) -> SimResult:
@@ -307,9 +321,11 @@ class ReplicaSim:
         budget = self.cfg.max_num_batched_tokens
         step = self._schedule_running(budget)
         budget -= int(step.num.sum())
+        if not step.ids.size:
+            self.cutoff = math.inf  # nothing running: the batch is formed now
         gate = self.adp_gate  # asked every step: its counters count iterations
         if gate is not None:
-            opens = gate.admits(len(self.waiting), self.run_ids.size, self.run_ids.size < self.cfg.max_num_seqs)
+            opens = gate.admits(self._admissible(), self.run_ids.size, self.run_ids.size < self.cfg.max_num_seqs)
         if not step.preempted and (gate is None or opens):
             admitted = self._admit(budget, step.ids.size)
             if admitted:
@@ -318,6 +334,17 @@ class ReplicaSim:
                              np.concatenate([step.num, num]), np.concatenate([step.drafts, np.zeros_like(ids)]))
                 self.run_ids = np.concatenate([self.run_ids, ids])
         return step
+
+    def _admissible(self) -> int:
+        """Waiting requests this step may admit: all but the tail that arrived after ``cutoff``
+        (the queue is in arrival order, preempted requests back at its front)."""
+        late = 0
+        if self.cutoff < math.inf:
+            for r in reversed(self.waiting):
+                if self.arrival[r] <= self.cutoff:
+                    break
+                late += 1
+        return len(self.waiting) - late
 
     def _drafts(self, ids: np.ndarray, real: np.ndarray) -> np.ndarray:
         """Drafts each running request verifies (spec/drafting.py: ready ones only, capped by output left)."""
@@ -395,6 +422,8 @@ class ReplicaSim:
         out: list[tuple[int, int, int]] = []
         while self.waiting and budget > 0 and len(out) < room:
             r = self.waiting[0]
+            if self.arrival[r] > self.cutoff:
+                break
             cached = int(self.cached[r])
             pending = int(self.ntok[r]) - cached
             num = min(pending, budget)

@@ -157,6 +157,7 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
         mtp_depth, mtp_tokens = row.mtp or (0, 1.0)
         return _check_pools(row, workload, replace(pools, precision=row.precision, fused_allreduce=row.fused_allreduce,
                                                    chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
+                                                   overlap_scheduler=row.overlap_scheduler,
                                                    mtp_depth=mtp_depth, mtp_tokens_per_step=mtp_tokens), hardware_for)
     if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
@@ -202,6 +203,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
     for parallel in parallels:
         base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce, router=row.router,
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
+                          overlap_scheduler=row.overlap_scheduler,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
