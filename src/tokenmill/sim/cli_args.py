@@ -27,8 +27,12 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "(--num-requests per replica and batch size; --model: only that model's rows; "
                              "--suite; --jobs; --out; --json; --latency: the published Server runs' TPOT "
                              "and TTFT at their own rates instead)")
-    _add_deployment_args(parser.add_argument_group("what to simulate"))
-    _add_workload_args(parser.add_argument_group("workload and scheduler"))
+    deployment = parser.add_argument_group("what to simulate")
+    _add_deployment_args(deployment)
+    _add_disagg_args(deployment)
+    workload = parser.add_argument_group("workload and scheduler")
+    _add_workload_args(workload)
+    _add_scheduling_args(workload)
     _add_calibrate_args(parser.add_argument_group("calibrate"))
     v = parser.add_argument_group("validate")
     v.add_argument("--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
@@ -55,20 +59,6 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
-    g.add_argument("--disagg", default=None, metavar="P:D",
-                   help="disaggregated prefill/decode: P prefill and D decode replicas of the --tp/--ep layout "
-                        "(the decode ones of --decode-* where given; KV moved between them over NVLink inside one "
-                        "scale-up domain, else the network); --num-gpus defaults to what the pools take. With "
-                        "--search: auto, to try prefill:decode splits of every layout beside aggregated replicas")
-    g.add_argument("--decode-tp", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: tensor-parallel size of each decode replica (default --tp; published "
-                        "runs often prefill on small replicas and decode on larger ones)")
-    g.add_argument("--decode-ep", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: expert-parallel size of each decode replica (default --ep)")
-    g.add_argument("--decode-attention-dp", action=argparse.BooleanOptionalAction, default=None,
-                   help="with --disagg P:D: data-parallel attention in each decode replica (default --attention-dp)")
-    g.add_argument("--decode-max-num-seqs", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: batch limit of each decode replica (default --max-num-seqs)")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
                         "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits, skipping "
@@ -89,18 +79,36 @@ def _add_deployment_args(g) -> None:
                    help="tensor-parallel all-reduces fused into the GEMMs they follow, overlapping them (as the "
                         "published MLPerf Llama-3.1-405B runs: TensorRT-LLM's GEMM + all-reduce fusion); default: "
                         "they run between layers, as in our engine")
-    g.add_argument("--overlap-scheduler", action="store_true",
-                   help="TensorRT-LLM's overlap scheduler: a step's batch is formed while the step before it runs, "
-                        "so a busy replica admits a new request one step later (on in the published runs: NVIDIA's "
-                        "MLPerf harness leaves TensorRT-LLM's default); default off, as our engine")
-    g.add_argument("--router", default="kv", choices=ROUTER_NAMES,
-                   help="how Server and Interactive arrivals pick a replica, as `tokenmill serve --router`: kv "
-                        "(least KV blocks held or prompt blocks pending), least-loaded (fewest requests in flight: "
-                        "also NVIDIA's MLPerf harness default for Server), round-robin or random (default: "
-                        "%(default)s; disaggregated pools route by kv)")
     g.add_argument("--kv-cache-memory-gib", type=float, default=None, metavar="GIB",
                    help="KV cache per device (default: this-machine's engine default, 1 GiB on a CPU, as "
                         "`tokenmill serve`; on the GPU profiles what 90%% of memory leaves after the weights)")
+    g.add_argument("--uplift", action="store_true",
+                   help="what each technique is worth: the deployment above (the full stack) against the same "
+                        "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
+                        "--cached-tokens, --fused-allreduce), and each switched on alone; a table of tokens/s per "
+                        "GPU and latencies")
+
+
+def _add_disagg_args(g) -> None:
+    """The disaggregated pools and the decode replicas' own layout."""
+    g.add_argument("--disagg", default=None, metavar="P:D",
+                   help="disaggregated prefill/decode: P prefill and D decode replicas of the --tp/--ep layout "
+                        "(the decode ones of --decode-* where given; KV moved between them over NVLink inside one "
+                        "scale-up domain, else the network); --num-gpus defaults to what the pools take. With "
+                        "--search: auto, to try prefill:decode splits of every layout beside aggregated replicas")
+    g.add_argument("--decode-tp", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: tensor-parallel size of each decode replica (default --tp; published "
+                        "runs often prefill on small replicas and decode on larger ones)")
+    g.add_argument("--decode-ep", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: expert-parallel size of each decode replica (default --ep)")
+    g.add_argument("--decode-attention-dp", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --disagg P:D: data-parallel attention in each decode replica (default --attention-dp)")
+    g.add_argument("--decode-max-num-seqs", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: batch limit of each decode replica (default --max-num-seqs)")
+
+
+def _add_scheduling_args(g) -> None:
+    """How replicas admit and route requests: our engine's rules by default, TensorRT-LLM's on request."""
     g.add_argument("--no-enable-chunked-prefill", dest="chunked_prefill", action="store_false",
                    help="whole prompts only: a prompt waits until it fits one step's budget whole (TensorRT-LLM's "
                         "enable_chunked_context: False, as the published DeepSeek-R1 MLPerf configs set); default: "
@@ -110,11 +118,15 @@ def _add_deployment_args(g) -> None:
                         "every rank has one, after WAIT more steps, or after TIMEOUT steps at most "
                         "(attention_dp_config batching_wait_iters:timeout_iters; the published DeepSeek-R1 MLPerf "
                         "v6.0 Server configs set 3:9); default off, as our engine")
-    g.add_argument("--uplift", action="store_true",
-                   help="what each technique is worth: the deployment above (the full stack) against the same "
-                        "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
-                        "--cached-tokens, --fused-allreduce), and each switched on alone; a table of tokens/s per "
-                        "GPU and latencies")
+    g.add_argument("--overlap-scheduler", action="store_true",
+                   help="TensorRT-LLM's overlap scheduler: a step's batch is formed while the step before it runs, "
+                        "so a busy replica admits a new request one step later (on in the published runs: NVIDIA's "
+                        "MLPerf harness leaves TensorRT-LLM's default); default off, as our engine")
+    g.add_argument("--router", default="kv", choices=ROUTER_NAMES,
+                   help="how Server and Interactive arrivals pick a replica, as `tokenmill serve --router`: kv "
+                        "(least KV blocks held or prompt blocks pending), least-loaded (fewest requests in flight: "
+                        "also NVIDIA's MLPerf harness default for Server), round-robin or random (default: "
+                        "%(default)s; disaggregated pools route by kv)")
 
 
 def _add_workload_args(w) -> None:

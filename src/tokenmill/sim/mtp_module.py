@@ -25,6 +25,7 @@ drafter whose cost is not modelled (n-gram lookup runs on the host).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from tokenmill.model.deepseek_arch import DeepseekArch
 from tokenmill.model.protocol import ArchInfo
@@ -38,6 +39,7 @@ def has_mtp_module(arch: ArchInfo) -> bool:
     return isinstance(arch, DeepseekArch) and arch.num_mtp_layers > 0
 
 
+@lru_cache(maxsize=8)  # asked once per simulated step
 def module_shape(s: ModelShape) -> ModelShape:
     """One MTP module as a one-layer model: the main model's MoE layer (or dense layer, for
     a model without MoE layers) plus ``eh_proj`` and its three norms, sharing the LM head."""
