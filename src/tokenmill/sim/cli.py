@@ -332,7 +332,8 @@ def _validate_latency(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     if args.json:
-        print(json.dumps([{"org": c.run.org, "system": c.run.system, "hardware": c.run.hardware,
+        print(json.dumps([{"model": c.run.model, "round": c.run.round, "org": c.run.org, "system": c.run.system,
+                           "hardware": c.run.hardware,
                            "num_gpus": c.run.num_gpus, "qps": c.run.qps,
                            "published": {"tpot_p50_ms": c.run.tpot_p50_ms, "tpot_p99_ms": c.run.tpot_p99_ms,
                                          "tpot_mean_ms": c.run.tpot_mean_ms, "ttft_p99_ms": c.run.ttft_p99_ms,

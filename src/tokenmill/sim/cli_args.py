@@ -43,7 +43,8 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                    help="only the MLPerf rows (on their datasets' lengths) or only TensorRT-LLM's (fixed ISL/OSL)")
     v.add_argument("--latency", action="store_true",
                    help="check latencies instead of throughput: simulate one instance of each published MLPerf "
-                        "DeepSeek-R1 Server run (sim/served_latency.py) at its own rate and query count, and "
+                        "Server run with a log (sim/served_latency.py: DeepSeek-R1, Llama-3.1-8B, Llama-2-70B; "
+                        "--model picks one) at its own rate and query count, and "
                         "print TPOT p50, TTFT p99 and the sequences in flight, published vs simulated, and the "
                         "cost model's step with the published run's own sequences in flight against its mean TPOT")
 

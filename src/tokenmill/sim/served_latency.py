@@ -15,7 +15,7 @@ sequences in flight (both sides by Little's law). A simulated step that is a lit
 sequences at the same rate and so runs faster still; ``step_at_published_batch`` takes that feedback
 out: the cost model's step with the published run's own sequences in flight, against its mean TPOT.
 
-Every record below is from the MLPerf Inference v6.0 results repository
+The DeepSeek-R1 records are from the MLPerf Inference v6.0 results repository
 (mirrored at gbeezybez/inference_results_v6.0 @232fbf9): ``closed/<org>/results/<system>/deepseek-r1/
 Server/performance/run_1/mlperf_log_summary.txt`` for the figures, ``closed/<org>/configs/<system
 without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the token budget
@@ -25,6 +25,13 @@ these configs runs TP8 EP8 attention DP per 8-GPU instance with ``adp_balancing_
 ``enable_chunked_context: False``, under NVIDIA's harness, which leaves TensorRT-LLM's overlap
 scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. The B300 systems' runs are left
 out (no B300 profile).
+
+The dense records (``DENSE_RUNS``: Llama-3.1-8B and Llama-2-70B, the Server rows of sim/published.py
+with logs) are read the same way from the v6.0 repository, mlcommons/inference_results_v5.1 @965182b
+and mlcommons/inference_results_v4.1 @198fc46 (its configs: ``closed/NVIDIA/configs/llama2-70b/``).
+Each runs one TensorRT-LLM instance per TP group (TP1, or TP2 on the H100), no attention DP; the
+v5.1 and v6.0 configs chunk prompts (``enable_chunked_context: True``), v4.1's do not name it
+(TensorRT-LLM's default: off).
 """
 
 from __future__ import annotations
@@ -64,21 +71,36 @@ class ServedRun:
     tpot_p50_ms: float
     tpot_p99_ms: float
     ttft_p99_ms: float
-    batch_per_gpu: int
-    """The config's gpu_batch_size (TensorRT-LLM's max_batch_size per attention-DP rank)."""
+    batch_per_rank: int
+    """The config's gpu_batch_size: TensorRT-LLM's max_batch_size per attention-DP rank (per instance
+    without attention DP)."""
     max_num_tokens: int
     """The config's per-rank step budget."""
-    adp_balance: tuple[int, int] = (3, 9)
+    adp_balance: tuple[int, int] | None = (3, 9)
     """The config's attention-DP prompt balancing (``adp_balancing_batching_wait_iters``,
     ``adp_balancing_timeout_iters``; sim/adp_balance.py)."""
     model: str = "deepseek-r1"
     instance_gpus: int = 8
     parallel: Parallel = Parallel(tp=8, ep=8, attention_dp=True)
     precision: str = "fp4"
+    chunked_prefill: bool = False
+    """The config's ``enable_chunked_context``."""
+    round: str = "v6.0"
+
+    @property
+    def max_num_seqs(self) -> int:
+        """The instance's batch limit: ``batch_per_rank`` on each attention-DP rank."""
+        return self.batch_per_rank * (self.parallel.tp if self.parallel.attention_dp else 1)
 
     @property
     def instances(self) -> int:
         return self.num_gpus // self.instance_gpus
+
+    @property
+    def output_mean(self) -> float:
+        """Tokens per completed query, as this run's log counts them. Answers end at the model's own
+        end of text, so a run's mean differs from the dataset's (Llama-2-70B: 274 in FP4, 290-294 in FP8)."""
+        return self.tokens_per_s / self.completed_qps
 
     @property
     def in_flight(self) -> float:
@@ -90,8 +112,8 @@ _GB300 = "GB300-NVL72_GB300-288GB_aarch64"
 _GB200 = "GB200-NVL72_GB200-186GB_aarch64"
 
 # (org, system, hardware, GPUs; scheduled and completed QPS, queries, completed tokens/s, TPOT mean / p50 /
-# p99 ms, TTFT p99 ms, batch per GPU, per-rank max_num_tokens[, prompt balancing where not 3 / 9])
-RUNS: tuple[ServedRun, ...] = (
+# p99 ms, TTFT p99 ms, batch per rank, per-rank max_num_tokens[, prompt balancing where not 3 / 9])
+DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
     ServedRun("Nebius", f"{_GB300}x8_TRT", "gb300", 8,
               17.41, 17.18, 105_312, 64_509.99, 72.42, 76.02, 77.71, 1_427.7, 640, 4608),
     ServedRun("CoreWeave", f"{_GB300}x8_TRT", "gb300", 8,
@@ -115,6 +137,35 @@ RUNS: tuple[ServedRun, ...] = (
     ServedRun("Google", "B200-SXM-180GBx8_TRT", "b200", 8,
               11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456, (2, 6)),
 )
+
+_TP1, _TP2 = Parallel(tp=1), Parallel(tp=2)
+_8B = dict(model="llama3.1-8b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
+_70B = dict(model="llama2-70b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
+
+# The same fields; queries: sim/published.py's count for the row (the log's min_query_count).
+DENSE_RUNS: tuple[ServedRun, ...] = (
+    ServedRun("Lambda_SIT", "B200-SXM-180GBx8_TRT", "b200", 8,
+              1009.39, 1007.85, 614_928, 130_007.69, 16.97, 17.17, 23.48, 966.4, 6000, 12000, **_8B),
+    ServedRun("NVIDIA", "B200-SXM-180GBx8_TRT", "b200", 8,
+              999.47, 996.53, 601_560, 128_540.95, 28.48, 29.42, 42.11, 1_749.4, 6000, 12000, **_8B, round="v5.1"),
+    ServedRun("HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "h200", 8,
+              504.93, 503.21, 307_464, 64_914.57, 74.64, 75.40, 90.35, 371.1, 2048, 12000, **_8B, precision="fp8",
+              round="v5.1"),
+    ServedRun("NVIDIA", "B200-SXM-180GBx8_TRT", "b200", 8,
+              363.79, 361.30, 884_736, 99_123.04, 123.32, 126.10, 132.37, 436.3, 2048, 3584, **_70B, round="v5.1"),
+    ServedRun("Nebius", "H200-SXM-141GBx8_TRT", "h200", 8,
+              116.59, 115.59, 294_912, 34_029.38, 184.20, 188.13, 195.58, 1_717.3, 2048, 1536, **_70B,
+              precision="fp8", round="v5.1"),
+    ServedRun("NVIDIA", "H200-SXM-141GBx8_TRT", "h200", 8,
+              101.25, 100.35, 245_760, 29_228.22, 123.26, 124.29, 146.04, 452.7, 896, 4096,
+              **{**_70B, "chunked_prefill": False}, precision="fp8", round="v4.1"),
+    ServedRun("NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT", "h100", 8,
+              75.10, 74.42, 196_608, 21_605.79, 154.96, 156.42, 175.35, 461.3, 1024, 4096,
+              **{**_70B, "instance_gpus": 2, "parallel": _TP2, "chunked_prefill": False}, precision="fp8",
+              round="v4.1"),
+)
+
+RUNS: tuple[ServedRun, ...] = DEEPSEEK_RUNS + DENSE_RUNS
 
 
 @dataclass(frozen=True)
@@ -143,9 +194,11 @@ class LatencyCheck:
 
 def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> LatencyCheck:
     """One instance of ``run`` at its share of the published rate and count."""
-    isl, osl, osl_max = dataset_means(run.model)
-    d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.batch_per_gpu * run.instance_gpus,
-                   max_num_batched_tokens=run.max_num_tokens, chunked_prefill=False, adp_balance=run.adp_balance,
+    isl, _, osl_max = dataset_means(run.model)
+    osl = run.output_mean
+    d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.max_num_seqs,
+                   max_num_batched_tokens=run.max_num_tokens, chunked_prefill=run.chunked_prefill,
+                   adp_balance=run.adp_balance,
                    overlap_scheduler=True)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
@@ -162,11 +215,12 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> 
     Each step draws its decodes' contexts as a moment of the run sees them: a request picked in
     proportion to its output length (a long answer is in flight longer), at a uniform point of
     that answer, on its prompt (the dataset's draws, sim/mlperf_lengths.py); and its whole prompts
-    (the published configs do not chunk them) as Poisson arrivals at the run's completed rate per
-    instance over one published mean TPOT."""
+    as Poisson arrivals at the run's completed rate per instance over one published mean TPOT (the
+    DeepSeek-R1 configs do not chunk prompts; the dense ones do, but their budgets hold a step's
+    decodes and its mean arrivals whole)."""
     arch, hw = get_model(run.model), get_hardware(run.hardware)
-    _, osl, osl_max = dataset_means(run.model)
-    prompt, output = length_draws(run.model, osl, osl_max)
+    _, _, osl_max = dataset_means(run.model)
+    prompt, output = length_draws(run.model, run.output_mean, osl_max)
     rng = np.random.default_rng(seed)
     batch = max(1, round(run.in_flight))
     pool = 20 * batch  # requests to pick the in-flight ones from
@@ -196,13 +250,15 @@ def check_runs(runs: tuple[ServedRun, ...] = RUNS, jobs: int = 1, progress=None)
 
 
 def latency_table(checks: list[LatencyCheck]) -> str:
-    lines = ["| system | GPUs | QPS per instance | in flight, published / simulated | TPOT p50 ms, published / "
-             "simulated | sim / published | step at the published batch: TPOT mean ms, published / simulated | "
+    lines = ["| model | system | round | GPUs | QPS per instance | in flight, published / simulated | "
+             "TPOT p50 ms, published / simulated | sim / published | "
+             "step at the published batch: TPOT mean ms, published / simulated | "
              "sim / published | TTFT p99 ms, published / simulated |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in checks:
         r = c.run
-        lines.append(f"| {r.org} {r.system} ({r.hardware}) | {r.num_gpus} | {r.qps / r.instances:.2f} | "
+        lines.append(f"| {r.model} | {r.org} {r.system} ({r.hardware}) | {r.round} | {r.num_gpus} | "
+                     f"{r.qps / r.instances:.2f} | "
                      f"{r.in_flight:,.0f} / {c.in_flight:,.0f} | {r.tpot_p50_ms:.1f} / {c.tpot_p50_ms:.1f} | "
                      f"{c.tpot_ratio:.2f} | {r.tpot_mean_ms:.1f} / {c.step_at_published_ms:.1f} | "
                      f"{c.step_ratio:.2f} | {r.ttft_p99_ms:,.0f} / {c.ttft_p99_ms:,.0f} |")
