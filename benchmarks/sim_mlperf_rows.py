@@ -5,8 +5,9 @@ their published counts, as docs/SIMULATOR.md's "What the published runs switch o
 
 (default: DeepSeek-R1's v6.0 Offline and Server rows and every Llama-3.1-405B row; the GB300
 rows first; ``--rows llama3.1-8b:v5.1:server:h200`` picks by model, round, scenario and
-hardware). Prints each row as it finishes (seconds since the start, simulated, error) and
-rewrites the Markdown table of the rows finished so far after every row.
+hardware; an empty field matches any: ``llama2-70b::offline:h100,h200``). Prints each row as
+it finishes (seconds since the start, simulated, error) and rewrites the Markdown table of the
+rows finished so far after every row.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def wanted(r: PublishedResult) -> bool:
         return r.dataset is not None and any(
-            r.model == p[0] and (len(p) < 2 or _round(r) == p[1]) and (len(p) < 3 or r.scenario in p[2].split(","))
+            r.model == p[0] and (len(p) < 2 or p[1] in ("", _round(r)))
+            and (len(p) < 3 or not p[2] or r.scenario in p[2].split(","))
             and (len(p) < 4 or r.hardware in p[3].split(",")) for p in picks)
 
     rows = tuple(sorted((r for r in RESULTS if wanted(r)), key=lambda r: r.hardware != "gb300"))

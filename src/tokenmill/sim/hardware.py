@@ -224,6 +224,11 @@ class Hardware:
 
 
 _GB = 1e9
+_GIB = 2**30
+_HARNESS_VRAM = ("memory in GiB as NVIDIA's MLPerf harness states it, the rated \"GB\" being GiB "
+                 "(closed/NVIDIA/code/common/systems/known_hardware.py, inference_results_v5.1 @965182b and "
+                 "v6.0: vram 80 GiB H100 SXM, 141 GiB H200, 180 GiB B200, 186 GiB GB200, 277 GiB GB300; "
+                 "nvidia-smi totals 81,559 / 143,771 / 183,359 / 189,471 / 284,208 MiB)")
 _TB = 1e12
 _T = 1e12  # TFLOP/s
 _P = 1e15  # PFLOP/s
@@ -239,20 +244,20 @@ _HOPPER_SOURCES = (
 )
 
 H100 = Hardware(
-    name="h100", memory_bytes=80 * _GB, memory_bw=3.35 * _TB, flops=dict(_HOPPER_FLOPS),
+    name="h100", memory_bytes=80 * _GIB, memory_bw=3.35 * _TB, flops=dict(_HOPPER_FLOPS),
     interconnect_bw=450 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=2.69,
-    sources=_HOPPER_SOURCES + (
+    sources=_HOPPER_SOURCES + (_HARNESS_VRAM,
         "H100 SXM5: 80 GB HBM3, 3.35 TB/s (https://awesomeagents.ai/hardware/nvidia-h100)",
         "$2.69/GPU-h: RunPod H100 on-demand, quoted at https://deploybase.ai/articles/b200-vs-h200-vs-h100",
     ),
 )
 
 H200 = Hardware(
-    name="h200", memory_bytes=141 * _GB, memory_bw=4.8 * _TB, flops=dict(_HOPPER_FLOPS),
+    name="h200", memory_bytes=141 * _GIB, memory_bw=4.8 * _TB, flops=dict(_HOPPER_FLOPS),
     interconnect_bw=450 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=4.54,
-    sources=_HOPPER_SOURCES + (
+    sources=_HOPPER_SOURCES + (_HARNESS_VRAM,
         "H200 SXM: 141 GB HBM3e, 4.8 TB/s, same GH100 compute as H100 "
         "(https://www.aiminingco.com/gpu/h200/specs)",
         "$4.54/GPU-h: Spheron on-demand, 17 March 2026 "
@@ -264,7 +269,7 @@ _NVLINK5 = ("NVLink 5: 1.8 TB/s bidirectional per GPU = 900 GB/s per direction "
             "(https://verda.com/blog/gb300-nvl72-architecture)")
 
 B200 = Hardware(
-    name="b200", memory_bytes=180 * _GB, memory_bw=8 * _TB,
+    name="b200", memory_bytes=180 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 75 * _T, "bf16": 2.25 * _P, "fp8": 4.5 * _P, "fp4": 9 * _P},
     interconnect_bw=900 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp4",
     price_per_hour=6.03,
@@ -273,7 +278,7 @@ B200 = Hardware(
         "9 PF fp4 (https://docs.vultr.com/inference-cookbook/cuda/getting-started/hardware-overview, "
         "https://glennklockwood.com/garden/processors/B200)",
         "B200 fp32 0.075 PF (https://verda.com/blog/gb300-nvl72-architecture)",
-        _NVLINK5,
+        _NVLINK5, _HARNESS_VRAM,
         "DGX B200: eight ConnectX-7 400 Gb/s NICs, one per GPU = 50 GB/s",
         "$6.03/GPU-h: Spheron on-demand, 17 March 2026 "
         "(https://www.spheron.network/blog/nvidia-h200-vs-b200-vs-gb200)",
@@ -281,7 +286,7 @@ B200 = Hardware(
 )
 
 GB200 = Hardware(
-    name="gb200", memory_bytes=186 * _GB, memory_bw=8 * _TB,
+    name="gb200", memory_bytes=186 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 90 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 10 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=50 * _GB, default_precision="fp4",
     price_per_hour=4.54,
@@ -291,7 +296,7 @@ GB200 = Hardware(
         "Inference system descriptions (GB200-NVL72_GB200-186GB)",
         "GB200 (1,200 W) dense per GPU: 2.5 PF bf16, 5 PF fp8, 10 PF fp4, 90 TF fp32 "
         "(https://glennklockwood.com/garden/processors/B200)",
-        _NVLINK5,
+        _NVLINK5, _HARNESS_VRAM,
         "ConnectX-7 400 Gb/s per GPU in GB200 NVL72 compute trays = 50 GB/s",
         "$4.54/GPU-h: Spheron $9.08/h per GB200 superchip (2 GPUs), 17 March 2026 "
         "(https://www.spheron.network/blog/nvidia-h200-vs-b200-vs-gb200)",
@@ -299,15 +304,16 @@ GB200 = Hardware(
 )
 
 GB300 = Hardware(
-    name="gb300", memory_bytes=279 * _GB, memory_bw=8 * _TB,
+    name="gb300", memory_bytes=277 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 80 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 15 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=100 * _GB, default_precision="fp4",
     price_per_hour=6.00,
     sources=(
-        "GB300 per GPU (dense): 279 GB HBM3e, 8 TB/s, 15 PF fp4, 5 PF fp8, 2.5 PF bf16, 0.08 PF fp32 "
+        "GB300 per GPU (dense): 279 GB HBM3e (memory_bytes: the harness's 277 GiB), 8 TB/s, 15 PF fp4, "
+        "5 PF fp8, 2.5 PF bf16, 0.08 PF fp32 "
         "(https://verda.com/blog/gb300-nvl72-architecture); rack: 1.1 EF dense fp4, 20 TB HBM at 576 TB/s "
         "(https://glennklockwood.com/garden/processors/B300)",
-        _NVLINK5,
+        _NVLINK5, _HARNESS_VRAM,
         "ConnectX-8 SuperNIC 800 Gb/s per GPU = 100 GB/s "
         "(https://vendordeep.com/report/nvidia-launches-blackwell-ultra-gb300)",
         "$6.00/GPU-h: within Ornn's B300 neocloud on-demand range $5.00-7.25 "

@@ -78,7 +78,7 @@ class ServedRun:
     """The config's per-rank step budget."""
     adp_balance: tuple[int, int] | None = (3, 9)
     """The config's attention-DP prompt balancing (``adp_balancing_batching_wait_iters``,
-    ``adp_balancing_timeout_iters``; sim/adp_balance.py)."""
+    ``adp_balancing_timeout_iters``; sim/adp_balance.py); None without attention DP."""
     model: str = "deepseek-r1"
     instance_gpus: int = 8
     parallel: Parallel = Parallel(tp=8, ep=8, attention_dp=True)
