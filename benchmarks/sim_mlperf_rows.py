@@ -5,7 +5,8 @@ their published counts, as docs/SIMULATOR.md's "What the published runs switch o
 
 (default: DeepSeek-R1's v6.0 Offline and Server rows and every Llama-3.1-405B row; the GB300
 rows first; ``--rows llama3.1-8b:v5.1:server:h200`` picks by model, round, scenario and
-hardware; an empty field matches any: ``llama2-70b::offline:h100,h200``). Prints each row as
+hardware, and a fifth field by GPU count; an empty field matches any: ``llama2-70b::offline:h100,h200``,
+``deepseek-r1:v6.0:server:gb300:8``). Prints each row as
 it finishes (seconds since the start, simulated, error) and rewrites the Markdown table of the
 rows finished so far after every row.
 """
@@ -26,7 +27,7 @@ def _round(row: PublishedResult) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", action="append", metavar="MODEL[:ROUND[:SCENARIO,...[:HARDWARE,...]]]",
+    ap.add_argument("--rows", action="append", metavar="MODEL[:ROUND[:SCENARIO,...[:HARDWARE,...[:GPUS,...]]]]",
                     help="rows to run (repeatable); default deepseek-r1:v6.0:offline,server and llama3.1-405b")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--num-requests", type=int, default=500)
@@ -38,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
         return r.dataset is not None and any(
             r.model == p[0] and (len(p) < 2 or p[1] in ("", _round(r)))
             and (len(p) < 3 or not p[2] or r.scenario in p[2].split(","))
-            and (len(p) < 4 or r.hardware in p[3].split(",")) for p in picks)
+            and (len(p) < 4 or not p[3] or r.hardware in p[3].split(","))
+            and (len(p) < 5 or not p[4] or str(r.num_gpus) in p[4].split(",")) for p in picks)
 
     rows = tuple(sorted((r for r in RESULTS if wanted(r)), key=lambda r: r.hardware != "gb300"))
     if not rows:

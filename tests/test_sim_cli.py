@@ -187,6 +187,19 @@ def test_kv_cache_memory_bounds_the_blocks_and_the_batch(capsys):
     assert small["mean_batch_size"] < run()["mean_batch_size"]
     assert main(["sim", *SMALL, "--kv-cache-memory-gib", "500"]) == 2
     assert "--kv-cache-memory-gib" in capsys.readouterr().err
+    # TensorRT-LLM's sizing: a fraction of what the weights and the runtime's buffers leave
+    from tokenmill.sim.cost import weight_bytes
+    from tokenmill.sim.hardware import get_hardware
+    from tokenmill.sim.predict import Deployment, runtime_buffer_bytes
+
+    arch, layout = get_model("llama3.1-8b"), Parallel()
+    free = get_hardware("h100").memory_bytes - weight_bytes(arch, "fp8", layout) - \
+        runtime_buffer_bytes(arch, Deployment(1, layout, "fp8"), layout)
+    trt = run("--kv-cache-free-fraction", "0.5")["config"]
+    assert trt["kv_free_fraction"] == 0.5 and trt["kv_blocks_per_replica"] == int(0.5 * free / per_block)
+    for bad in (["--kv-cache-free-fraction", "0"], ["--kv-cache-free-fraction", "0.9", "--kv-cache-memory-gib", "1"]):
+        assert main(["sim", *SMALL, *bad]) == 2
+        assert "--kv-cache-free-fraction" in capsys.readouterr().err
 
 
 def test_calibration_fit_separates_the_eager_steps_of_a_graph_engine():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -399,3 +400,24 @@ def test_one_gemm_is_priced_close_to_deepgemms_published_h800_table():
     assert len(ratios) == 28
     assert 0.95 <= statistics.median(ratios) <= 1.15  # 1.05 on 2026-11-28
     assert 0.65 <= min(ratios) and max(ratios) <= 1.4  # 0.69-1.33: small-N latency floors, DeepGEMM's faster peak
+
+
+def test_tensorrt_llm_sizes_the_kv_cache_from_the_memory_left_free():
+    # kv_cache_free_gpu_mem_fraction: a share of what weights and runtime buffers leave, not of the whole device.
+    from tokenmill.sim.cost import Parallel, weight_bytes
+    from tokenmill.sim.predict import PRECISION_BYTES_KV, Deployment, check_deployment, runtime_buffer_bytes
+
+    arch, hw = get_model("deepseek-r1"), get_hardware("h200")
+    layout = Parallel(tp=1, ep=8, attention_dp=True)
+    ours, trt = Deployment(8, layout, "fp8"), Deployment(8, layout, "fp8", kv_free_fraction=0.9)
+    weights = weight_bytes(arch, "fp8", layout)
+    buffers = runtime_buffer_bytes(arch, trt, layout)
+    # 2 GiB fixed + one rank's 8,192-token step of 7,168-wide bf16 activations, 10 copies
+    assert buffers == 2 * 2**30 + 8192 * 7168 * 2 * 10
+    per_block = kv_bytes_per_token(arch, PRECISION_BYTES_KV["fp8"], layout) * 16
+    assert check_deployment(arch, hw, trt) == int(8 * 0.9 * (hw.memory_bytes - weights - buffers) / per_block)
+    assert check_deployment(arch, hw, ours) == int(8 * (0.9 * hw.memory_bytes - weights) / per_block)
+    # A tenth of ~94 GiB of weights per device, less the buffers: the larger cache by about a fifth
+    assert 1.15 < check_deployment(arch, hw, trt) / check_deployment(arch, hw, ours) < 1.25
+    with pytest.raises(ValueError, match="--tp/--ep"):  # weights beyond the memory still refuse
+        check_deployment(arch, get_hardware("h100"), replace(trt, num_gpus=1, parallel=Parallel()))

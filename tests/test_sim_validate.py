@@ -217,3 +217,22 @@ def test_rows_fuse_the_all_reduces_where_their_configs_do():
     assert ("gb300", "server", "v6.0") in fused and ("gb300", "server", "v5.1") in fused
     assert ("gb300", "offline", "v5.1") not in fused  # its config sets neither the env var nor the plugin
     assert not any(r.fused_allreduce for r in RESULTS if r.dataset is None)  # trtllm-bench's defaults
+
+
+def test_rows_size_their_kv_cache_at_their_configs_free_memory_fraction():
+    import re
+
+    from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION, TRTLLM_BENCH_DEFAULT
+
+    def key(r):
+        org, system, bench, scenario = re.search(r"closed/([^/]+)/results/([^/]+)/([^/]+)/([^/]+)/", r.source).groups()
+        return re.search(r"v\d\.\d", r.source).group(), org, system, bench, scenario
+
+    listed = [r for r in RESULTS if r.dataset and r.model != "gpt-oss-120b"]
+    assert {key(r) for r in listed} == set(MLPERF_KV_FREE_FRACTION)  # every row read, none stale
+    assert all(r.kv_free_fraction == MLPERF_KV_FREE_FRACTION[key(r)] for r in listed)
+    by_key = {key(r): r.kv_free_fraction for r in listed}
+    rack = "GB300-NVL72_GB300-288GB_aarch64x72_TRT"
+    assert by_key[("v6.0", "NVIDIA", rack, "deepseek-r1", "Offline")] == 0.95
+    assert by_key[("v6.0", "NVIDIA", rack, "llama3.1-405b", "Offline")] == 0.80  # unset: the harness's default
+    assert all(r.kv_free_fraction == TRTLLM_BENCH_DEFAULT == 0.9 for r in RESULTS if r.dataset is None)

@@ -47,7 +47,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
                             mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
                             overlap_scheduler=args.overlap_scheduler,
                             chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
-                            kv_cache_bytes=_kv_cache_bytes(args))
+                            kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args))
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
@@ -151,6 +151,17 @@ def _kv_cache_bytes(args: argparse.Namespace) -> float | None:
     if args.kv_cache_memory_gib <= 0:
         raise ValueError(f"--kv-cache-memory-gib: must be > 0, got {args.kv_cache_memory_gib}")
     return args.kv_cache_memory_gib * 2**30
+
+
+def _kv_free_fraction(args: argparse.Namespace) -> float | None:
+    fraction = args.kv_cache_free_fraction
+    if fraction is None:
+        return None
+    if not 0 < fraction <= 1:
+        raise ValueError(f"--kv-cache-free-fraction: a fraction in (0, 1], got {fraction}")
+    if args.kv_cache_memory_gib is not None:
+        raise ValueError("--kv-cache-free-fraction: not with --kv-cache-memory-gib (each sizes the KV cache)")
+    return fraction
 
 
 def parse_adp_balance(args: argparse.Namespace) -> tuple[int, int] | None:

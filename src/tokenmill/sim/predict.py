@@ -8,7 +8,9 @@ alike, so one replica is simulated and its figures scaled. Server and
 Interactive arrivals go through our router (sim/routed.py: each to the
 least-loaded replica), simulated as groups of ``ROUTED_GROUP`` replicas (or all
 of them, when fewer), each group fed its share of the arrivals, and scaled.
-KV capacity per device is what the memory fraction leaves after the weights.
+KV capacity per device is what the memory fraction leaves after the weights
+(or, as TensorRT-LLM sizes it, a fraction of what the weights and the runtime's
+buffers leave: ``Deployment.kv_free_fraction``).
 
 With ``disagg`` the replicas form a prefill pool and a decode pool
 (sim/disagg.py; the decode replicas of their own layout and batch limit where
@@ -25,6 +27,7 @@ from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.models import model_shape
 from tokenmill.sim.mtp_module import draft_seconds
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.scenarios import (
@@ -68,6 +71,12 @@ class Deployment:
     kv_cache_bytes: float | None = None
     """KV cache per device (``--kv-cache-memory-gib``); None: the profile's (``Hardware.kv_cache_bytes``),
     else what ``memory_fraction`` leaves after the weights."""
+    kv_free_fraction: float | None = None
+    """TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` (``--kv-cache-free-fraction``): the KV cache
+    takes this fraction of the memory the weights and the runtime's buffers (``runtime_buffer_bytes``)
+    leave free. None: ``memory_fraction`` of the whole device holds weights + KV cache, as vLLM's
+    ``gpu_memory_utilization`` and our engine size it. At 0.9 TensorRT-LLM's cache is the larger by
+    about a tenth of the weights (DeepSeek-R1 FP8 on an H200 DEP8: 40 vs 33 GiB per device)."""
     mtp_depth: int = 0
     """Draft tokens verified per decode step (speculative decoding / MTP); a model with an MTP
     module pays its forward once per draft token in every step (sim/mtp_module.py)."""
@@ -173,14 +182,36 @@ def step_budget(d: Deployment, parallel: Parallel | None = None, max_num_seqs: i
     return max(d.max_num_batched_tokens * ranks, max_num_seqs)
 
 
+RUNTIME_FIXED_BYTES = 2 * 2**30
+"""Per device, beside weights, KV cache and activations: the CUDA context, communication buffers
+and CUDA graphs' pools. An order of magnitude, not a measurement (only ``kv_free_fraction`` uses it)."""
+ACTIVATION_COPIES = 10
+"""Activations of one step at the token budget, in bf16 copies of the hidden state per token: the
+order AIConfigurator budgets for TensorRT-LLM's peak activation memory (5-28 copies by model family
+and TP size); an estimate, as ``RUNTIME_FIXED_BYTES``."""
+
+
+def runtime_buffer_bytes(arch, d: Deployment, parallel: Parallel) -> float:
+    """One device's memory that is neither weights nor KV cache while it serves: a fixed part and
+    the activations of a step of one rank's token budget (what TensorRT-LLM's memory profiling
+    run sees before it sizes the cache from the rest)."""
+    tokens = max(d.max_num_batched_tokens, d.max_num_seqs // (parallel.dp if parallel.attention_dp else 1))
+    return RUNTIME_FIXED_BYTES + tokens * model_shape(arch).hidden * 2.0 * ACTIVATION_COPIES
+
+
 def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str = "--tp/--ep") -> int:
     """KV blocks of one replica of ``parallel``; ValueError naming ``flags`` (the layout's) when
     its weights do not fit."""
     weights = weight_bytes(arch, d.precision, parallel)
-    room = hw.memory_bytes * d.memory_fraction - weights
+    if d.kv_free_fraction is None:
+        usable = hw.memory_bytes * d.memory_fraction
+        room = usable - weights
+    else:
+        usable = hw.memory_bytes - runtime_buffer_bytes(arch, d, parallel)
+        room = d.kv_free_fraction * (usable - weights)
     if room <= 0:
         raise ValueError(f"{flags}: {weights / 1e9:.1f} GB of weights per device do not fit in "
-                         f"{hw.memory_bytes * d.memory_fraction / 1e9:.1f} GB of {hw.name}; raise {flags}")
+                         f"{usable / 1e9:.1f} GB of {hw.name}; raise {flags}")
     cache = d.kv_cache_bytes or hw.kv_cache_bytes
     if cache:  # a set KV cache (the engine's default on this machine, or --kv-cache-memory-gib)
         if cache > room:
@@ -357,7 +388,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
                    **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
-                   "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
+                   "kv_free_fraction": d.kv_free_fraction, "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
                    "overlap_scheduler": d.overlap_scheduler,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,

@@ -21,7 +21,10 @@ How rows were chosen:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION, TRTLLM_BENCH_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class PublishedResult:
     mtp: tuple[int, float] | None = None
     """(draft tokens, mean tokens per decode step) of a run with MTP speculative decoding: its
     config's ``num_nextn_predict_layers`` and a published acceptance (``MTP3_TOKENS_PER_STEP``)."""
+    kv_free_fraction: float = TRTLLM_BENCH_DEFAULT
+    """TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` as the run set it (sim/published_kv.py)."""
 
 
 MTP3_TOKENS_PER_STEP = 2.82
@@ -239,11 +244,14 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
+    round_name = re.search(r"v\d\.\d", rnd).group()
+    kv = MLPERF_KV_FREE_FRACTION.get((round_name, org, system, bench, scenario), TRTLLM_BENCH_DEFAULT)
     text = f"{total:,} tok/s total / {n} GPUs; {queries:,} {'samples' if scenario == 'Offline' else 'queries'}"
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
-                           chunked_prefill=not whole_prompts, mtp=mtp, router=router, overlap_scheduler=overlap)
+                           chunked_prefill=not whole_prompts, mtp=mtp, router=router, overlap_scheduler=overlap,
+                           kv_free_fraction=kv)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "

@@ -26,7 +26,9 @@ configs' attention-DP prompt balancing and whole prompts (``adp_balance``, ``chu
 A row served by disaggregated pools ("26 x TP2 prefill (batch 64, 4096 tokens) + 5 x TP4 decode (batch 256)", its
 published configs' worker counts, layouts and limits; "4 x DEP2 prefill (batch 128, 12288 tokens) + 4 x
 DEP16 decode (batch 128)", per attention-DP rank) runs exactly that deployment (``_check_pools``), with
-the MTP drafts its config sets (``PublishedResult.mtp``).
+the MTP drafts its config sets (``PublishedResult.mtp``). Every row sizes its KV cache as
+TensorRT-LLM does, at the fraction of free memory its run set (``PublishedResult.kv_free_fraction``:
+the MLPerf configs' value, trtllm-bench's default 0.9 for TensorRT-LLM's tables).
 
 Batch size: a max-throughput run is measured at the batch its engine was
 tuned to, so each row is simulated at every ``max_num_seqs`` of the
@@ -158,6 +160,7 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
         return _check_pools(row, workload, replace(pools, precision=row.precision, fused_allreduce=row.fused_allreduce,
                                                    chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                                                    overlap_scheduler=row.overlap_scheduler,
+                                                   kv_free_fraction=row.kv_free_fraction,
                                                    mtp_depth=mtp_depth, mtp_tokens_per_step=mtp_tokens), hardware_for)
     if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
@@ -203,7 +206,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
     for parallel in parallels:
         base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce, router=row.router,
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
-                          overlap_scheduler=row.overlap_scheduler,
+                          overlap_scheduler=row.overlap_scheduler, kv_free_fraction=row.kv_free_fraction,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
