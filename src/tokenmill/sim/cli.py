@@ -3,7 +3,7 @@
 Checked against published results by ``tokenmill sim validate`` (sim/validate.py,
 docs/SIMULATOR.md): most of TensorRT-LLM's table and DeepSeek-R1's and
 Llama-3.1-405B's MLPerf v6.0 rows within 25%, rack-scale DeepSeek-R1 Server runs,
-DeepSeek-R1 Interactive, gpt-oss on Hopper and older software rounds not; the figures are the cost model's
+the Interactive rows, gpt-oss on Hopper and older software rounds not; the figures are the cost model's
 and the scheduler simulation's, nothing more.
 """
 

@@ -75,8 +75,9 @@ class Deployment:
     """TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` (``--kv-cache-free-fraction``): the KV cache
     takes this fraction of the memory the weights and the runtime's buffers (``runtime_buffer_bytes``)
     leave free. None: ``memory_fraction`` of the whole device holds weights + KV cache, as vLLM's
-    ``gpu_memory_utilization`` and our engine size it. At 0.9 TensorRT-LLM's cache is the larger by
-    about a tenth of the weights (DeepSeek-R1 FP8 on an H200 DEP8: 40 vs 33 GiB per device)."""
+    ``gpu_memory_utilization`` and our engine size it. At 0.9 TensorRT-LLM's cache is the larger by a
+    tenth of the weights less the runtime's buffers: with large weights per device much larger
+    (DeepSeek-R1 FP8 on an H200 DEP8: 39.6 vs 33.0 GiB per device), with small ones a little smaller."""
     mtp_depth: int = 0
     """Draft tokens verified per decode step (speculative decoding / MTP); a model with an MTP
     module pays its forward once per draft token in every step (sim/mtp_module.py)."""
@@ -388,7 +389,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
                    **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
-                   "kv_free_fraction": d.kv_free_fraction, "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
+                   "kv_free_fraction": d.kv_free_fraction,
+                   "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
                    "overlap_scheduler": d.overlap_scheduler,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,

@@ -3,7 +3,7 @@
 runtime's buffers) that its cache takes (sim/predict.py ``Deployment.kv_free_fraction``).
 
 Read in each submission's config, ``closed/<org>/configs/<system>/<Scenario>/<benchmark>.py``
-(``kvcache_free_gpu_mem_frac``; the system directory without its ``_TRT`` suffix in v6.0), except:
+(``kvcache_free_gpu_mem_frac``; the system directory with or without its results' ``_TRT`` suffix), except:
 - NVIDIA's v6.0 rack configs of Llama-3.1-405B Offline and Llama-2-70B Offline leave it unset:
   NVIDIA's harness then takes 0.80 (closed/NVIDIA/code/llmlib/config.py ``DEFAULT_RUNTIME_FLAGS``,
   v5.1 and v6.0);
