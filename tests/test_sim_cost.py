@@ -421,3 +421,7 @@ def test_tensorrt_llm_sizes_the_kv_cache_from_the_memory_left_free():
     assert 1.15 < check_deployment(arch, hw, trt) / check_deployment(arch, hw, ours) < 1.25
     with pytest.raises(ValueError, match="--tp/--ep"):  # weights beyond the memory still refuse
         check_deployment(arch, get_hardware("h100"), replace(trt, num_gpus=1, parallel=Parallel()))
+    # A profile's own cache (this machine's engine default) yields to an asked-for fraction, not to nothing
+    set_cache = replace(hw, kv_cache_bytes=2**30)
+    assert check_deployment(arch, set_cache, ours) == int(8 * 2**30 / per_block)
+    assert check_deployment(arch, set_cache, trt) == check_deployment(arch, hw, trt)

@@ -86,7 +86,8 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--kv-cache-free-fraction", type=float, default=None, metavar="F",
                    help="size the KV cache as TensorRT-LLM does (its kv_cache_free_gpu_mem_fraction): F of the "
                         "memory the weights and the runtime's buffers leave free, where the default takes 90%% "
-                        "of the whole device for weights + cache (vLLM's gpu_memory_utilization, our engine's)")
+                        "of the whole device for weights + cache (vLLM's gpu_memory_utilization), or on "
+                        "this-machine the engine's own cache")
     g.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "

@@ -213,8 +213,10 @@ def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str 
     if room <= 0:
         raise ValueError(f"{flags}: {weights / 1e9:.1f} GB of weights per device do not fit in "
                          f"{usable / 1e9:.1f} GB of {hw.name}; raise {flags}")
-    cache = d.kv_cache_bytes or hw.kv_cache_bytes
-    if cache:  # a set KV cache (the engine's default on this machine, or --kv-cache-memory-gib)
+    # A set KV cache: --kv-cache-memory-gib, else the profile's (the engine's default on this machine)
+    # unless a free-memory fraction asks for TensorRT-LLM's sizing instead.
+    cache = d.kv_cache_bytes or (hw.kv_cache_bytes if d.kv_free_fraction is None else None)
+    if cache:
         if cache > room:
             raise ValueError(f"--kv-cache-memory-gib: {cache / 2**30:.2f} GiB of KV cache per device and "
                              f"{weights / 1e9:.1f} GB of weights do not fit in {hw.name}'s memory")
