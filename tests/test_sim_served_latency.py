@@ -80,3 +80,19 @@ def test_a_dense_run_simulates_its_own_instance_and_batch_limit():
     assert 0 < check.tpot_p50_ms < check.tpot_p99_ms < 200 and check.in_flight > 0
     table = latency_table([check])
     assert "| llama2-70b | NVIDIA DGX-H100_H100-SXM-80GBx8_TRT (h100) | v4.1 | 8 | 2.00 |" in table
+
+
+def test_v51_runs_step_slower_than_the_cost_model_by_the_kernel_scale():
+    from tokenmill.sim.kernels import CURRENT, KERNEL_GENERATIONS, fitted_v51_scale, step_scale
+    from tokenmill.sim.served_latency import DEEPSEEK_RUNS_V51
+
+    assert {r.round for r in DEEPSEEK_RUNS_V51} == {"v5.1"} and {r.kernels for r in DEEPSEEK_RUNS_V51} == {"v5.1"}
+    assert {r.hardware for r in DEEPSEEK_RUNS_V51} == {"gb300", "gb200", "b200"}
+    run = DEEPSEEK_RUNS_V51[0]  # NVIDIA's GB300 rack: 1,482 sequences per instance at 63.7 ms
+    bare = step_at_published_batch(replace(run, kernels=CURRENT), steps=20)
+    assert step_at_published_batch(run, steps=20) == pytest.approx(bare * step_scale("v5.1"))
+    assert 0.5 < bare / run.tpot_mean_ms < 0.7  # the current kernels' step: well under v5.1's
+    # The constant is what the records give (the median ratio of v6.0's runs over v5.1's, fewer steps here).
+    assert fitted_v51_scale(steps=20) == pytest.approx(KERNEL_GENERATIONS["v5.1"], rel=0.03)
+    with pytest.raises(ValueError, match="--kernels: 'v4.1' is not a kernel generation"):
+        step_scale("v4.1")

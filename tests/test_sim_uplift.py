@@ -79,3 +79,33 @@ def test_fused_allreduce_alone_speeds_up_a_tensor_parallel_prefill():
     assert variants[0].figures["config"]["fused_allreduce"] is False
     base, fused = (v.figures["tokens_per_s_per_gpu"] for v in variants)
     assert fused > 1.05 * base  # 4-way all-reduces of 4,096-token chunks, now hidden in the GEMMs
+
+
+def test_older_kernels_as_the_baseline_price_the_software_uplift():
+    arch, hw = get_model("deepseek-r1"), get_hardware("gb300")
+    full = Deployment(8, Parallel(tp=8, ep=8, attention_dp=True), "fp4", max_num_seqs=512)
+    w = Workload("offline", 1024, 256, num_requests=256)
+    assert techniques(full, w, "v5.1") == ["kernels", "expert parallel + attention DP"]
+    variants = uplift(arch, hw, full, w, baseline_kernels="v5.1")
+    assert [v.name for v in variants] == ["baseline (v5.1 kernels)", "+ v6.0 kernels",
+                                          "+ expert parallel + attention DP", "full stack"]
+    tok = {v.name: v.figures["tokens_per_s_per_gpu"] for v in variants}
+    assert variants[0].figures["config"]["kernels"] == "v5.1" and variants[-1].figures["config"]["kernels"] == "v6.0"
+    # Offline issues everything at once: every step 1.52x as long, the same steps, 1/1.52 the tokens/s.
+    assert tok["+ v6.0 kernels"] == pytest.approx(1.52 * tok["baseline (v5.1 kernels)"], rel=1e-3)
+    assert tok["full stack"] > tok["+ v6.0 kernels"]
+
+
+def test_cli_kernel_flags(capsys):
+    argv = ("--model", "deepseek-r1", "--hardware", "gb300", "--num-gpus", "8", "--tp", "8", "--ep", "8",
+            "--attention-dp", "--isl", "512", "--osl", "64", "--num-requests", "64", "--max-num-seqs", "64")
+    assert cmd_sim(_args(*argv, "--kernels", "v5.1", "--json")) == 0
+    assert '"kernels": "v5.1"' in capsys.readouterr().out
+    assert cmd_sim(_args(*argv, "--uplift", "--baseline-kernels", "v5.1")) == 0
+    assert "| + v6.0 kernels |" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--baseline-kernels: only with --uplift"):
+        cmd_sim(_args(*argv, "--baseline-kernels", "v5.1"))
+    with pytest.raises(ValueError, match="--baseline-kernels v6.0: not older than --kernels v5.1"):
+        cmd_sim(_args(*argv, "--kernels", "v5.1", "--uplift", "--baseline-kernels", "v6.0"))
+    with pytest.raises(ValueError, match="--kernels v5.1: a TensorRT-LLM kernel generation"):
+        cmd_sim(_args("--hardware", "this-machine", "--kernels", "v5.1"))

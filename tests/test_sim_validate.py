@@ -236,3 +236,10 @@ def test_rows_size_their_kv_cache_at_their_configs_free_memory_fraction():
     assert by_key[("v6.0", "NVIDIA", rack, "deepseek-r1", "Offline")] == 0.95
     assert by_key[("v6.0", "NVIDIA", rack, "llama3.1-405b", "Offline")] == 0.80  # unset: the harness's default
     assert all(r.kv_free_fraction == TRTLLM_BENCH_DEFAULT == 0.9 for r in RESULTS if r.dataset is None)
+
+
+def test_deepseek_v51_rows_run_at_the_v51_kernels():
+    v51 = [r for r in RESULTS if "v5.1" in r.source and r.dataset]
+    assert {r.kernels for r in v51 if r.model == "deepseek-r1"} == {"v5.1"}
+    assert {r.kernels for r in v51 if r.model != "deepseek-r1"} == {"v6.0"}  # the dense rows show no such gap
+    assert {r.kernels for r in RESULTS if "v5.1" not in r.source} == {"v6.0"}

@@ -31,6 +31,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from tokenmill.sim.predict import Deployment, Workload, predict
 
     model = args.model or "llama3.1-8b"
+    kernels = _kernels(args)  # before this-machine's profile is loaded: refused there either way
     arch, hw = get_model(model), get_hardware(args.hardware)
     if args.price_per_gpu_hour is not None:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
@@ -47,7 +48,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
                             mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
                             overlap_scheduler=args.overlap_scheduler,
                             chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
-                            kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args))
+                            kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
+                            kernels=kernels)
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
@@ -61,7 +63,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if args.search or args.pareto:
             raise ValueError(f"--uplift and {'--search' if args.search else '--pareto'}: pick one (--uplift compares "
                              "techniques on the layout given)")
-        return _uplift(arch, hw, deployment, workload, args.json)
+        return _uplift(arch, hw, deployment, workload, args.json, args.baseline_kernels)
     if args.pareto:
         if args.search:
             raise ValueError("--pareto and --search: pick one (--pareto sweeps the layouts and --max-num-seqs itself)")
@@ -164,6 +166,22 @@ def _kv_free_fraction(args: argparse.Namespace) -> float | None:
     return fraction
 
 
+def _kernels(args: argparse.Namespace) -> str:
+    """--kernels, refused off the GPU profiles (the generations are TensorRT-LLM's)."""
+    from tokenmill.sim.kernels import CURRENT, step_scale
+
+    if args.baseline_kernels and not args.uplift:
+        raise ValueError("--baseline-kernels: only with --uplift (it sets the uplift table's baseline)")
+    for flag, value in (("--kernels", args.kernels), ("--baseline-kernels", args.baseline_kernels)):
+        if value not in (None, CURRENT) and args.hardware == "this-machine":
+            raise ValueError(f"{flag} {value}: a TensorRT-LLM kernel generation on NVIDIA GPUs; this-machine is "
+                             "our own engine's kernels, as calibrated")
+    if args.baseline_kernels and step_scale(args.baseline_kernels) <= step_scale(args.kernels):
+        raise ValueError(f"--baseline-kernels {args.baseline_kernels}: not older than --kernels {args.kernels}; "
+                         "the baseline takes the older generation")
+    return args.kernels
+
+
 def parse_adp_balance(args: argparse.Namespace) -> tuple[int, int] | None:
     """--adp-balance WAIT:TIMEOUT -> (WAIT, TIMEOUT); ValueError naming the flag."""
     text = args.adp_balance
@@ -217,14 +235,14 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     return 0
 
 
-def _uplift(arch, hw, deployment, workload, as_json: bool) -> int:
+def _uplift(arch, hw, deployment, workload, as_json: bool, baseline_kernels: str | None = None) -> int:
     from tqdm import tqdm
 
     from tokenmill.sim.uplift import table, techniques, uplift
 
-    n = len(techniques(deployment, workload))
+    n = len(techniques(deployment, workload, baseline_kernels))
     with tqdm(total=n + 1 + (n > 1), desc="Simulating variants", unit="variant", leave=False) as bar:
-        variants = uplift(arch, hw, deployment, workload, progress=bar.update)
+        variants = uplift(arch, hw, deployment, workload, progress=bar.update, baseline_kernels=baseline_kernels)
     if as_json:
         print(json.dumps([{"variant": v.name, "figures": v.figures, "error": v.error or None} for v in variants],
                          indent=2))

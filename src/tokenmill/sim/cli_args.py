@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from tokenmill.sim.hardware import HARDWARE
+from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
+from tokenmill.sim.kernels import KERNEL_GENERATIONS
 
 SCENARIOS = ("offline", "server", "interactive", "singlestream")
 MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "llama2-70b", "deepseek-r1", "smollm2-135m",
@@ -80,6 +82,10 @@ def _add_deployment_args(g) -> None:
                    help="tensor-parallel all-reduces fused into the GEMMs they follow, overlapping them (as the "
                         "published MLPerf Llama-3.1-405B runs: TensorRT-LLM's GEMM + all-reduce fusion); default: "
                         "they run between layers, as in our engine")
+    g.add_argument("--kernels", default=CURRENT_KERNELS, choices=tuple(KERNEL_GENERATIONS),
+                   help="TensorRT-LLM's kernel generation, by MLPerf round, on the GPU profiles: v6.0 (default; the "
+                        "cost model as fitted, early 2026) or v5.1 (August 2025: every step 1.52x as long, read in "
+                        "the published v5.1 DeepSeek-R1 Server logs against the v6.0 ones; docs/SIMULATOR.md)")
     g.add_argument("--kv-cache-memory-gib", type=float, default=None, metavar="GIB",
                    help="KV cache per device (default: this-machine's engine default, 1 GiB on a CPU, as "
                         "`tokenmill serve`; on the GPU profiles what 90%% of memory leaves after the weights)")
@@ -93,6 +99,9 @@ def _add_deployment_args(g) -> None:
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
                         "--cached-tokens, --fused-allreduce), and each switched on alone; a table of tokens/s per "
                         "GPU and latencies")
+    g.add_argument("--baseline-kernels", default=None, choices=tuple(KERNEL_GENERATIONS), metavar="ROUND",
+                   help="with --uplift: the baseline runs this older kernel generation (v5.1), and the newer "
+                        "kernels (--kernels) join the table as a technique: the software uplift between MLPerf rounds")
 
 
 def _add_disagg_args(g) -> None:

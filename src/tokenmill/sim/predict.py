@@ -27,6 +27,8 @@ from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
+from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.models import model_shape
 from tokenmill.sim.mtp_module import draft_seconds
 from tokenmill.sim.routed import simulate_routed
@@ -100,6 +102,9 @@ class Deployment:
     router: str = "kv"
     """How Server and Interactive arrivals pick an aggregated replica (sim/routed.py
     ``ROUTER_POLICIES``, as ``tokenmill serve --router``); disaggregated pools route by ``kv``."""
+    kernels: str = CURRENT_KERNELS
+    """The TensorRT-LLM kernel generation, by MLPerf round (sim/kernels.py): every step costs the cost
+    model's time x ``step_scale(kernels)`` (v5.1: 1.52x)."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
@@ -246,12 +251,13 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     """The figures of one run: throughput, latency percentiles, cost, and the deployment."""
     blocks = check_deployment(arch, hw, d)
     kv_bytes = PRECISION_BYTES_KV[d.precision]
+    scale = step_scale(d.kernels)
 
     def step_seconds(parallel: Parallel):
         def seconds(shape: StepShape) -> float:
             cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
             drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
-            return step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts
+            return (step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts) * scale
         return seconds
 
     seconds = step_seconds(d.parallel)
@@ -394,7 +400,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "kv_free_fraction": d.kv_free_fraction,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
-                   "overlap_scheduler": d.overlap_scheduler,
+                   "overlap_scheduler": d.overlap_scheduler, "kernels": d.kernels,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,

@@ -87,6 +87,9 @@ class PublishedResult:
     config's ``num_nextn_predict_layers`` and a published acceptance (``MTP3_TOKENS_PER_STEP``)."""
     kv_free_fraction: float = TRTLLM_BENCH_DEFAULT
     """TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` as the run set it (sim/published_kv.py)."""
+    kernels: str = "v6.0"
+    """The kernel generation its steps are priced at (sim/kernels.py): "v5.1" for DeepSeek-R1's MLPerf
+    v5.1 rows, the generation the scale was read for; the dense v5.1 rows keep the current one."""
 
 
 MTP3_TOKENS_PER_STEP = 2.82
@@ -251,7 +254,8 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
                            chunked_prefill=not whole_prompts, mtp=mtp, router=router, overlap_scheduler=overlap,
-                           kv_free_fraction=kv)
+                           kv_free_fraction=kv, kernels="v5.1" if (round_name, model) == ("v5.1", "deepseek-r1")
+                           else "v6.0")
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "

@@ -44,6 +44,7 @@ import numpy as np
 
 from tokenmill.sim.cost import Parallel, step_cost, step_time
 from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.mlperf_lengths import dataset_means, length_draws
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import PRECISION_BYTES_KV, Deployment, Workload, predict
@@ -86,6 +87,8 @@ class ServedRun:
     chunked_prefill: bool = False
     """The config's ``enable_chunked_context``."""
     round: str = "v6.0"
+    kernels: str = "v6.0"
+    """The TensorRT-LLM generation its steps are priced at (sim/kernels.py)."""
 
     @property
     def max_num_seqs(self) -> int:
@@ -138,6 +141,28 @@ DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
               11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456, (2, 6)),
 )
 
+# MLPerf v5.1 (mlcommons/inference_results_v5.1 @965182b, the same files; the CoreWeave system's
+# config directory is GB300-NVL8-CoreWeave): every DeepSeek-R1 Server run with a log on a profiled GPU.
+_V51 = dict(round="v5.1", kernels="v5.1")
+DEEPSEEK_RUNS_V51: tuple[ServedRun, ...] = (
+    ServedRun("NVIDIA", f"{_GB300}x72_TRT", "gb300", 72,
+              60.08, 56.95, 219_400, 209_327.68, 63.72, 66.14, 70.85, 1_939.7, 512, 3456, (2, 6), **_V51),
+    ServedRun("CoreWeave", "GB300-NVL8-CoreWeave_TRT", "gb300", 8,
+              6.34, 6.13, 43_880, 22_545.12, 63.59, 65.34, 67.34, 1_210.2, 1536, 3456, (2, 6), **_V51),
+    ServedRun("NVIDIA", f"{_GB200}x72_TRT", "gb200", 72,
+              45.06, 44.76, 210_624, 167_578.06, 69.57, 61.29, 64.45, 1_246.0, 512, 3456, **_V51),
+    ServedRun("NVIDIA", "B200-SXM-180GBx8_TRT", "b200", 8,
+              5.02, 4.96, 26_328, 18_592.24, 66.46, 69.90, 72.18, 1_695.9, 512, 3456, **_V51),
+    ServedRun("Dell", "XE9680L_B200_SXM_180GBx8_TRT", "b200", 8,
+              3.81, 3.78, 26_328, 13_913.33, 61.00, 61.99, 64.87, 1_631.1, 512, 3456, (2, 6), **_V51),
+    ServedRun("Dell", "XE9685L_B200_SXM_180GBx8_TRT", "b200", 8,
+              3.81, 3.79, 26_328, 13_963.01, 59.93, 60.88, 63.38, 1_834.6, 512, 3456, **_V51),
+    ServedRun("GigaComputing", "G894-SD1_B200-SXM-180GBx8_TRT", "b200", 8,
+              4.31, 4.28, 26_328, 15_977.87, 58.45, 59.33, 61.74, 1_773.8, 768, 3456, chunked_prefill=True, **_V51),
+    ServedRun("Google", "B200-SXM-180GBx8_TRT", "b200", 8,
+              4.01, 3.98, 26_328, 14_630.74, 61.27, 62.25, 65.04, 1_803.0, 512, 3456, **_V51),
+)
+
 _TP1, _TP2 = Parallel(tp=1), Parallel(tp=2)
 _8B = dict(model="llama3.1-8b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
 _70B = dict(model="llama2-70b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
@@ -165,7 +190,7 @@ DENSE_RUNS: tuple[ServedRun, ...] = (
               round="v4.1"),
 )
 
-RUNS: tuple[ServedRun, ...] = DEEPSEEK_RUNS + DENSE_RUNS
+RUNS: tuple[ServedRun, ...] = DEEPSEEK_RUNS + DEEPSEEK_RUNS_V51 + DENSE_RUNS
 
 
 @dataclass(frozen=True)
@@ -198,8 +223,7 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
     osl = run.output_mean
     d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.max_num_seqs,
                    max_num_batched_tokens=run.max_num_tokens, chunked_prefill=run.chunked_prefill,
-                   adp_balance=run.adp_balance,
-                   overlap_scheduler=True)
+                   adp_balance=run.adp_balance, overlap_scheduler=True, kernels=run.kernels)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
     f = predict(get_model(run.model), get_hardware(run.hardware), d, w)
@@ -210,7 +234,8 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
 
 def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> float:
     """The cost model's mean step (ms) on one instance of ``run`` holding the run's own sequences
-    in flight (``ServedRun.in_flight``), as the published mean TPOT is the run's mean step.
+    in flight (``ServedRun.in_flight``), as the published mean TPOT is the run's mean step; at
+    the run's kernel generation (sim/kernels.py: ``replace(run, kernels="v6.0")`` for the bare model's).
 
     Each step draws its decodes' contexts as a moment of the run sees them: a request picked in
     proportion to its output length (a long answer is in flight longer), at a uniform point of
@@ -235,7 +260,7 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> 
         prefills = tuple(PrefillChunk(prompt(rng), 0) for _ in range(rng.poisson(arrivals)))
         cost = step_cost(arch, StepShape(tuple(contexts.tolist()), prefills), run.parallel, run.precision, kv_bytes)
         total += step_time(cost, hw, run.precision).total_s
-    return total / steps * 1e3
+    return total / steps * 1e3 * step_scale(run.kernels)
 
 
 def check_runs(runs: tuple[ServedRun, ...] = RUNS, jobs: int = 1, progress=None) -> list[LatencyCheck]:

@@ -15,7 +15,10 @@ turn them on:
   aggregated replicas;
 - prefix caching (``--cached-tokens``): off, every prompt computed whole;
 - GEMM + all-reduce fusion (``--fused-allreduce``): off, the tensor-parallel
-  all-reduces run between layers.
+  all-reduces run between layers;
+- newer kernels, when ``--baseline-kernels`` names an older generation
+  (sim/kernels.py): off, every step at that generation's scale. This is how
+  the table prices a software uplift between MLPerf rounds on one config.
 
 A variant that does not run (e.g. the weights do not fit a tensor-parallel
 replica) is reported with the reason instead of figures.
@@ -37,9 +40,18 @@ class Variant:
     error: str = ""
 
 
+KERNELS = "kernels"
+
+
+def technique_label(technique: str, full: Deployment) -> str:
+    return f"{full.kernels} kernels" if technique == KERNELS else technique
+
+
 def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
-            full_w: Workload | None = None) -> tuple[Deployment, Workload]:
+            full_w: Workload | None = None, baseline_kernels: str | None = None) -> tuple[Deployment, Workload]:
     """``(d, w)`` with one technique as the full stack has it (``full``), or off (``full`` None)."""
+    if technique == KERNELS:
+        return replace(d, kernels=full.kernels if full else baseline_kernels), w
     if technique == "expert parallel + attention DP":
         return replace(d, parallel=full.parallel if full else Parallel(tp=d.parallel.devices)), w
     if technique == "MTP":
@@ -54,9 +66,10 @@ def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
     raise ValueError(f"uplift: unknown technique {technique!r}")
 
 
-def techniques(d: Deployment, w: Workload) -> list[str]:
-    """The techniques the full deployment uses, in table order."""
-    used = []
+def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None) -> list[str]:
+    """The techniques the full deployment uses, in table order (its kernels first, against an older
+    ``baseline_kernels`` generation)."""
+    used = [KERNELS] if baseline_kernels else []
     if d.parallel.ep > 1 or d.parallel.attention_dp:
         used.append("expert parallel + attention DP")
     if d.mtp_depth:
@@ -70,17 +83,18 @@ def techniques(d: Deployment, w: Workload) -> list[str]:
     return used
 
 
-def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None) -> list[Variant]:
+def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None,
+           baseline_kernels: str | None = None) -> list[Variant]:
     """Baseline, each technique alone, the full stack (when more than one technique)."""
-    used = techniques(full, workload)
+    used = techniques(full, workload, baseline_kernels)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
-                         "--mtp, --disagg, --cached-tokens, --fused-allreduce); turn some on")
+                         "--mtp, --disagg, --cached-tokens, --fused-allreduce, --baseline-kernels); turn some on")
     base = (full, workload)
     for t in used:
-        base = _switch(*base, t, None)
-    variants = [("baseline", base)]
-    variants += [(f"+ {t}", _switch(*base, t, full, workload)) for t in used]
+        base = _switch(*base, t, None, baseline_kernels=baseline_kernels)
+    variants = [(f"baseline ({baseline_kernels} kernels)" if baseline_kernels else "baseline", base)]
+    variants += [(f"+ {technique_label(t, full)}", _switch(*base, t, full, workload)) for t in used]
     if len(used) > 1:
         variants.append(("full stack", (full, workload)))
     out = []
