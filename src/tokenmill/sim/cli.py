@@ -2,9 +2,10 @@
 
 Checked against published results by ``tokenmill sim validate`` (sim/validate.py,
 docs/SIMULATOR.md): most of TensorRT-LLM's table and DeepSeek-R1's and
-Llama-3.1-405B's MLPerf v6.0 rows within 25%, rack-scale DeepSeek-R1 Server runs,
-the Interactive rows, gpt-oss on Hopper and older software rounds not; the figures are the cost model's
-and the scheduler simulation's, nothing more.
+Llama-3.1-405B's MLPerf v6.0 rows within 25%, DeepSeek-R1's v5.1 Offline rows at the v5.1
+kernels (``--kernels``); rack-scale DeepSeek-R1 Server runs, the v5.1 Server rows, the Interactive
+rows and gpt-oss on Hopper not; the figures are the cost model's and the scheduler simulation's,
+nothing more.
 """
 
 from __future__ import annotations

@@ -97,8 +97,8 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
-                        "--cached-tokens, --fused-allreduce), and each switched on alone; a table of tokens/s per "
-                        "GPU and latencies")
+                        "--cached-tokens, --fused-allreduce; the kernels with --baseline-kernels), and each "
+                        "switched on alone; a table of tokens/s per GPU and latencies")
     g.add_argument("--baseline-kernels", default=None, choices=tuple(KERNEL_GENERATIONS), metavar="ROUND",
                    help="with --uplift: the baseline runs this older kernel generation (v5.1), and the newer "
                         "kernels (--kernels) join the table as a technique: the software uplift between MLPerf rounds")

@@ -26,6 +26,10 @@ these configs runs TP8 EP8 attention DP per 8-GPU instance with ``adp_balancing_
 scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. The B300 systems' runs are left
 out (no B300 profile).
 
+``DEEPSEEK_RUNS_V51`` are the MLPerf v5.1 DeepSeek-R1 Server runs with logs, read the same way from
+mlcommons/inference_results_v5.1 @965182b; they ran TensorRT-LLM of August 2025 and are simulated at
+that kernel generation (sim/kernels.py, whose scale they and the v6.0 records give).
+
 The dense records (``DENSE_RUNS``: Llama-3.1-8B and Llama-2-70B, the Server rows of sim/published.py
 with logs) are read the same way from the v6.0 repository, mlcommons/inference_results_v5.1 @965182b
 and mlcommons/inference_results_v4.1 @198fc46 (its configs: ``closed/NVIDIA/configs/llama2-70b/``).
