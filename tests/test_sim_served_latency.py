@@ -96,3 +96,17 @@ def test_v51_runs_step_slower_than_the_cost_model_by_the_kernel_scale():
     assert fitted_v51_scale(steps=20) == pytest.approx(KERNEL_GENERATIONS["v5.1"], rel=0.03)
     with pytest.raises(ValueError, match="--kernels: 'v4.1' is not a kernel generation"):
         step_scale("v4.1")
+
+
+def test_each_run_sizes_its_kv_cache_at_its_configs_fraction():
+    from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION
+
+    checked = 0
+    for r in RUNS:
+        bench = "llama2-70b-99" if r.model == "llama2-70b" else r.model
+        listed = MLPERF_KV_FREE_FRACTION.get((r.round, r.org, r.system, bench, "Server"))
+        if listed is not None:  # the runs that are also throughput rows: the same config read twice
+            assert r.kv_free_fraction == listed, r.system
+            checked += 1
+    assert checked >= 10
+    assert {r.kv_free_fraction for r in RUNS} == {0.9, 0.95, 0.99}
