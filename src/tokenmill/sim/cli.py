@@ -26,38 +26,16 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.action == "validate":
         return _validate(args)
 
-    from tokenmill.bench.presets import PRESETS
-    from tokenmill.sim.cost import Parallel
     from tokenmill.sim.models import get_model
-    from tokenmill.sim.predict import Deployment, Workload, predict
+    from tokenmill.sim.predict import predict
 
     model = args.model or "llama3.1-8b"
     kernels = _kernels(args)  # before this-machine's profile is loaded: refused there either way
     arch, hw = get_model(model), get_hardware(args.hardware)
     if args.price_per_gpu_hour is not None:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
-    parallel = Parallel(args.tp, args.ep, args.attention_dp)
-    accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
-    search_splits = args.disagg == "auto"
-    if search_splits and not args.search:
-        raise ValueError("--disagg auto: only with --search (it searches the prefill:decode split); give P:D")
-    decode = _decode_pool(args, parallel)
-    split = None if search_splits else parse_disagg(args.disagg, decode)
-    devices = split.devices(parallel) if split else parallel.devices
-    deployment = Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
-                            args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
-                            mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
-                            overlap_scheduler=args.overlap_scheduler,
-                            chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
-                            kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
-                            kernels=kernels)
-    preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
-    if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
-        raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
-    isl, osl, osl_max = _lengths(args)
-    workload = Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
-                        preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
-                        duration_s=_duration(args), min_queries=_min_queries(args))
+    deployment = _deployment(args, hw, kernels)
+    workload = _workload(args, model)
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     if args.uplift:
@@ -71,15 +49,50 @@ def cmd_sim(args: argparse.Namespace) -> int:
         from tokenmill.sim.pareto import front_table, run_pareto
 
         doc = run_pareto(arch, hw, deployment, workload, args.pareto, model=model,
-                         search_layouts=args.num_gpus is not None and split is None)
+                         search_layouts=args.num_gpus is not None and deployment.disagg is None)
         print(json.dumps(doc, indent=2) if args.json else front_table(doc))
         return 0
     if args.search:
-        figures = _search(arch, hw, deployment, workload, search_splits)
+        figures = _search(arch, hw, deployment, workload, splits=args.disagg == "auto")
     else:
         figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def _deployment(args: argparse.Namespace, hw, kernels: str):
+    """The Deployment the flags describe (``--disagg auto`` leaves the split to ``--search``)."""
+    from tokenmill.sim.cost import Parallel
+    from tokenmill.sim.predict import Deployment
+
+    parallel = Parallel(args.tp, args.ep, args.attention_dp)
+    accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
+    search_splits = args.disagg == "auto"
+    if search_splits and not args.search:
+        raise ValueError("--disagg auto: only with --search (it searches the prefill:decode split); give P:D")
+    split = None if search_splits else parse_disagg(args.disagg, _decode_pool(args, parallel))
+    devices = split.devices(parallel) if split else parallel.devices
+    return Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
+                      args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
+                      mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
+                      overlap_scheduler=args.overlap_scheduler,
+                      chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
+                      kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
+                      kernels=kernels)
+
+
+def _workload(args: argparse.Namespace, model: str):
+    """The Workload the flags describe; latency limits from the model's bench preset unless given."""
+    from tokenmill.bench.presets import PRESETS
+    from tokenmill.sim.predict import Workload
+
+    preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
+    if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
+        raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
+    isl, osl, osl_max = _lengths(args)
+    return Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
+                    preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
+                    duration_s=_duration(args), min_queries=_min_queries(args))
 
 
 def _duration(args: argparse.Namespace) -> float | None:
