@@ -78,7 +78,8 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
                       overlap_scheduler=args.overlap_scheduler,
                       chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
                       kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
-                      kernels=kernels)
+                      kernels=kernels, host_stream_rate=args.host_stream_rate,
+                      stream_interval=args.stream_interval)
 
 
 def _workload(args: argparse.Namespace, model: str):
@@ -295,6 +296,8 @@ def _table(f: dict) -> str:
     sched = "" if c.get("chunked_prefill", True) else "; whole prompts"
     if c.get("adp_balance"):
         sched += f"; attention-DP prompt balancing {c['adp_balance'][0]}:{c['adp_balance'][1]}"
+    if c.get("host_stream_rate"):
+        sched += f"; host {c['host_stream_rate']:,.0f} responses/s, stream interval {c['stream_interval']}"
     lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
              f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}{pools}{sched})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",

@@ -137,6 +137,16 @@ def _add_scheduling_args(g) -> None:
                    help="TensorRT-LLM's overlap scheduler: a step's batch is formed while the step before it runs, "
                         "so a busy replica admits a new request one step later (on in the published runs: NVIDIA's "
                         "MLPerf harness leaves TensorRT-LLM's default); default off, as our engine")
+    g.add_argument("--host-stream-rate", type=float, default=None, metavar="RESPONSES_PER_S",
+                   help="streamed responses per second each replica's host handles (detokenize, build and send "
+                        "them); first and last tokens are seen when the host has handled their step's responses, "
+                        "so a host slower than the replica's token rate bounds Server (sim/host_path.py); "
+                        "default: not modelled, a token is seen when its step ends")
+    g.add_argument("--stream-interval", type=int, default=1, metavar="N",
+                   help="with --host-stream-rate: a sequence responds every N decoding steps, besides its first "
+                        "and last token (as `tokenmill serve --stream-interval`, TensorRT-LLM's and vLLM's stream_interval; "
+                        "the MLPerf v6.0 DeepSeek-R1 Server configs set 20-200 on GB300 and B200, v5.1's left 1) "
+                        "(default: %(default)s)")
     g.add_argument("--router", default="kv", choices=ROUTER_NAMES,
                    help="how Server and Interactive arrivals pick a replica, as `tokenmill serve --router`: kv "
                         "(least KV blocks held or prompt blocks pending), least-loaded (fewest requests in flight: "

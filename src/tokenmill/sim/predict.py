@@ -27,6 +27,7 @@ from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.host_path import HostPath
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.models import model_shape
@@ -105,6 +106,12 @@ class Deployment:
     kernels: str = CURRENT_KERNELS
     """The TensorRT-LLM kernel generation, by MLPerf round (sim/kernels.py): every step costs the cost
     model's time x ``step_scale(kernels)`` (v5.1: 1.52x)."""
+    host_stream_rate: float | None = None
+    """Responses per second each replica's host turns into streamed tokens (sim/host_path.py); None:
+    the host keeps up and a token is seen when its step ends."""
+    stream_interval: int = 1
+    """A streaming sequence responds every this many decoding iterations (TensorRT-LLM's and vLLM's
+    ``stream_interval``), besides its first and last token; only with ``host_stream_rate``."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
@@ -265,7 +272,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance,
-                       overlap_scheduler=d.overlap_scheduler)
+                       overlap_scheduler=d.overlap_scheduler, host_path=host_path(d))
     # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
     # group's share); disaggregated: all of it.
     routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
@@ -302,6 +309,16 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     figures["config"]["routed_group"] = group if group > 1 else None
     figures["config"]["router"] = d.router if group > 1 else None
     return figures
+
+
+def host_path(d: Deployment) -> HostPath | None:
+    """The replicas' response path; ValueError naming the flag for an interval without a rate."""
+    if d.host_stream_rate is None:
+        if d.stream_interval != 1:
+            raise ValueError("--stream-interval: only matters with --host-stream-rate (the responses/s the host "
+                             "handles); without it every token is seen when its step ends")
+        return None
+    return HostPath(d.host_stream_rate, d.stream_interval)
 
 
 def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
@@ -401,6 +418,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
                    "overlap_scheduler": d.overlap_scheduler, "kernels": d.kernels,
+                   "host_stream_rate": d.host_stream_rate,
+                   "stream_interval": d.stream_interval if d.host_stream_rate else None,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,

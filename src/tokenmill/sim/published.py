@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tokenmill.sim.host_rates import held_out_rate
 from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION, TRTLLM_BENCH_DEFAULT
 
 
@@ -90,6 +91,12 @@ class PublishedResult:
     kernels: str = "v6.0"
     """The kernel generation its steps are priced at (sim/kernels.py): "v5.1" for DeepSeek-R1's MLPerf
     v5.1 rows, the generation the scale was read for; the dense v5.1 rows keep the current one."""
+    stream_interval: int = 1
+    """The config's ``stream_interval`` (the DeepSeek-R1 Server rows': v6.0 GB300 100, B200 20, GB200
+    and every v5.1 config unset, so NVIDIA's harness default 1)."""
+    host_stream_rate: float | None = None
+    """Responses/s of each instance's host (sim/host_path.py), for the DeepSeek-R1 Server rows where
+    other runs of the same round on the same host CPU give it (sim/host_rates.py); None: not modelled."""
 
 
 MTP3_TOKENS_PER_STEP = 2.82
@@ -243,7 +250,7 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
             prec: str, total: float, parallel: str | None = None, note: str = "",
             fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False,
             mtp: tuple[int, float] | None = None, router: str = NVIDIA_HARNESS_ROUTER,
-            overlap: bool = True) -> PublishedResult:
+            overlap: bool = True, stream: int = 1) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
@@ -255,7 +262,9 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
                            chunked_prefill=not whole_prompts, mtp=mtp, router=router, overlap_scheduler=overlap,
                            kv_free_fraction=kv, kernels="v5.1" if (round_name, model) == ("v5.1", "deepseek-r1")
-                           else "v6.0")
+                           else "v6.0", stream_interval=stream,
+                           host_stream_rate=held_out_rate(round_name, org, system, hw)
+                           if (model, scenario) == ("deepseek-r1", "Server") else None)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "
@@ -291,7 +300,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     # MLPerf v6.0, GB300 NVL72
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 647076, _ADP8),
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 400436.77, _ADP8,
-            adp=(3, 9), whole_prompts=True),
+            adp=(3, 9), whole_prompts=True, stream=100),
     _mlperf(_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive", "deepseek-r1", "gb300", 72, "fp4", 250633.67,
             "4 x DEP2 prefill (batch 128, 12288 tokens) + 4 x DEP16 decode (batch 128)",
             "disaggregated under Dynamo's KV router: closed/NVIDIA/configs/GB300-NVL72_GB300-288GB_aarch64x72/"
@@ -305,7 +314,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server", "deepseek-r1",
             "gb300", 8, "fp4", 64509.99, "TP8 EP8 attention-DP",
             f"{_ISSUE17} gives 8,064 for DeepSeek-R1 Server: this 8-GPU result, not the 72-GPU one",
-            adp=(3, 9), whole_prompts=True),
+            adp=(3, 9), whole_prompts=True, stream=100),
     _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 673936, _ADP8,
             "batch 1536 per GPU as NVIDIA's"),
     _mlperf(_V60, "Nebius", _GB300, "deepseek-r1", "Server", "deepseek-r1", "gb300", 72, "fp4", 575579.74, _ADP8,
@@ -313,7 +322,7 @@ RESULTS: tuple[PublishedResult, ...] = (
             "traffic_distribution_policy 'isl_load_balancing' across the 9 instances, where NVIDIA's config "
             "leaves the harness's Server default ('load_balancing'): 1.44x NVIDIA's figure; routed by our kv "
             "policy, whose pending-prompt term is that rule",
-            adp=(3, 9), whole_prompts=True, router="kv"),
+            adp=(3, 9), whole_prompts=True, router="kv", stream=100),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline", "llama3.1-405b", "gb300", 72, "fp4", 19511.7,
             note=f"{_ISSUE17}: 271", fused=True),
     _mlperf(_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 18627.63,
@@ -331,7 +340,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     # MLPerf v6.0, GB200 NVL72
     _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Offline", "deepseek-r1", "gb200", 72, "fp4", 486141, _ADP8),
     _mlperf(_V60, "NVIDIA", _GB200, "deepseek-r1", "Server", "deepseek-r1", "gb200", 72, "fp4", 336106.48, _ADP8,
-            adp=(3, 9), whole_prompts=True),
+            adp=(3, 9), whole_prompts=True),  # stream_interval unset: 1
     _mlperf(_V60, "NVIDIA", _GB200, "llama3.1-405b", "Offline", "llama3.1-405b", "gb200", 72, "fp4", 15461.5,
             fused=True),
     _mlperf(_V60, "NVIDIA", _GB200, "gpt-oss-120b", "Offline", "gpt-oss-120b", "gb200", 72, "fp4", 879542),
@@ -340,7 +349,7 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4", 58581.6,
             "TP8 EP8 attention-DP"),
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Server", "deepseek-r1", "b200", 8, "fp4", 51692.89,
-            "TP8 EP8 attention-DP", adp=(3, 9), whole_prompts=True),
+            "TP8 EP8 attention-DP", adp=(3, 9), whole_prompts=True, stream=20),
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Offline", "gpt-oss-120b", "b200", 8, "fp4",
             85921.2, "TP1 x8"),
     _mlperf(_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Server", "gpt-oss-120b", "b200", 8, "fp4",

@@ -96,6 +96,11 @@ class ServedRun:
     memory the weights and the runtime's buffers leave free."""
     kernels: str = "v6.0"
     """The TensorRT-LLM generation its steps are priced at (sim/kernels.py)."""
+    stream_interval: int = 1
+    """The config's ``stream_interval`` (NVIDIA's harness default: 1, every token streamed)."""
+    host_stream_rate: float | None = None
+    """Responses/s of the instance's host (sim/host_path.py); None: not modelled (the records leave it
+    out: benchmarks/host_rate_fit.py reads each run's from its TTFT)."""
 
     @property
     def max_num_seqs(self) -> int:
@@ -123,19 +128,21 @@ _GB200 = "GB200-NVL72_GB200-186GB_aarch64"
 
 # (org, system, hardware, GPUs; scheduled and completed QPS, queries, completed tokens/s, TPOT mean / p50 /
 # p99 ms, TTFT p99 ms, batch per rank, per-rank max_num_tokens[, prompt balancing where not 3 / 9]; the
-# KV cache's free-memory fraction where the config sets 0.95, not 0.9)
+# KV cache's free-memory fraction where the config sets 0.95, not 0.9; the stream interval where the
+# config sets one: every GB300 config 100, every B200 one 20, the GB200 ones none, so 1)
 _F95 = dict(kv_free_fraction=0.95)
+_S100, _S20 = dict(stream_interval=100), dict(stream_interval=20)
 DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
     ServedRun("Nebius", f"{_GB300}x8_TRT", "gb300", 8,
-              17.41, 17.18, 105_312, 64_509.99, 72.42, 76.02, 77.71, 1_427.7, 640, 4608, **_F95),
+              17.41, 17.18, 105_312, 64_509.99, 72.42, 76.02, 77.71, 1_427.7, 640, 4608, **_F95, **_S100),
     ServedRun("CoreWeave", f"{_GB300}x8_TRT", "gb300", 8,
-              12.03, 11.88, 105_312, 44_589.69, 57.01, 58.10, 59.67, 776.3, 640, 4608, **_F95),
+              12.03, 11.88, 105_312, 44_589.69, 57.01, 58.10, 59.67, 776.3, 640, 4608, **_F95, **_S100),
     ServedRun("Nebius", f"{_GB300}x72_TRT", "gb300", 72,
-              165.04, 153.33, 219_400, 575_579.74, 62.55, 63.00, 77.88, 1_014.8, 640, 3456, **_F95),
+              165.04, 153.33, 219_400, 575_579.74, 62.55, 63.00, 77.88, 1_014.8, 640, 3456, **_F95, **_S100),
     ServedRun("NVIDIA", f"{_GB300}x72_TRT", "gb300", 72,
-              110.02, 106.66, 219_400, 400_436.77, 56.15, 57.68, 76.06, 1_001.9, 640, 3456, **_F95),
+              110.02, 106.66, 219_400, 400_436.77, 56.15, 57.68, 76.06, 1_001.9, 640, 3456, **_F95, **_S100),
     ServedRun("NVIDIA", f"{_GB300}x288_TRT", "gb300", 288,
-              429.73, 414.63, 1_053_120, 1_555_108.58, 61.51, 55.53, 60.64, 742.5, 640, 3456, **_F95),
+              429.73, 414.63, 1_053_120, 1_555_108.58, 61.51, 55.53, 60.64, 742.5, 640, 3456, **_F95, **_S100),
     ServedRun("NVIDIA", f"{_GB200}x72_TRT", "gb200", 72,
               110.06, 89.59, 210_624, 336_106.48, 58.31, 59.96, 79.34, 1_158.9, 512, 3456),
     ServedRun("CoreWeave", f"{_GB200}x64_TRT", "gb200", 64,
@@ -143,11 +150,11 @@ DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
     ServedRun("Google", f"{_GB200}x72_TRT", "gb200", 72,
               45.02, 42.45, 210_624, 156_781.10, 51.11, 53.59, 60.06, 920.5, 512, 3456),
     ServedRun("Nebius", "nebius_b200_n1", "b200", 8,
-              14.03, 13.81, 105_312, 51_692.89, 71.86, 73.83, 76.62, 1_195.0, 640, 4608, **_F95),
+              14.03, 13.81, 105_312, 51_692.89, 71.86, 73.83, 76.62, 1_195.0, 640, 4608, **_F95, **_S20),
     ServedRun("Dell", "XE9780_x86_B200-SXM-180GBx8_TRT", "b200", 8,
-              11.10, 10.95, 26_382, 40_949.45, 60.14, 63.59, 66.82, 877.2, 512, 3456, (2, 6)),
+              11.10, 10.95, 26_382, 40_949.45, 60.14, 63.59, 66.82, 877.2, 512, 3456, (2, 6), **_S20),
     ServedRun("Google", "B200-SXM-180GBx8_TRT", "b200", 8,
-              11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456, (2, 6)),
+              11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456, (2, 6), **_S20),
 )
 
 # MLPerf v5.1 (mlcommons/inference_results_v5.1 @965182b, the same files; the CoreWeave system's
@@ -234,7 +241,8 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
     d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.max_num_seqs,
                    max_num_batched_tokens=run.max_num_tokens, chunked_prefill=run.chunked_prefill,
                    adp_balance=run.adp_balance, overlap_scheduler=True, kernels=run.kernels,
-                   kv_free_fraction=run.kv_free_fraction)
+                   kv_free_fraction=run.kv_free_fraction, host_stream_rate=run.host_stream_rate,
+                   stream_interval=run.stream_interval if run.host_stream_rate else 1)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
     f = predict(get_model(run.model), get_hardware(run.hardware), d, w)

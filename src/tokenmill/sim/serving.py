@@ -59,6 +59,7 @@ import numpy as np
 
 from tokenmill.bench.results import Percentiles
 from tokenmill.sim.adp_balance import AdpBalance, AdpGate
+from tokenmill.sim.host_path import HostPath, HostQueue
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 
 StepTime = Callable[[StepShape], float]
@@ -96,6 +97,9 @@ class SimConfig:
     """TensorRT-LLM's attention-DP prompt balancing (sim/adp_balance.py); None: admit every step."""
     overlap_scheduler: bool = False
     """TensorRT-LLM's overlap scheduler (module docstring): admission one step later while busy."""
+    host_path: HostPath | None = None
+    """The host's response path (sim/host_path.py): first and last tokens are seen when it has
+    handled their step's responses; None: when their step ends."""
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size"):
@@ -248,6 +252,8 @@ class ReplicaSim:
         self.cutoff = math.inf
         """Latest arrival the step being scheduled may admit (``overlap_scheduler``)."""
         self.last_start = self.last_end = -math.inf  # of the last step that ran
+        self.host = HostQueue(cfg.host_path) if cfg.host_path else None
+        self.iters = np.zeros(n, dtype=np.int64)  # steps that emitted tokens, per request (host_path)
 
     def _validate(self, cached: np.ndarray) -> None:
         cfg = self.cfg
@@ -468,11 +474,23 @@ class ReplicaSim:
         gen_before = self.gen[ids]
         self.gen[ids] = gen_before + emitted
         self.ntok[ids] = ntok + emitted
-        self.first[ids[(gen_before == 0) & (emitted > 0)]] = t
+        first = ids[(gen_before == 0) & (emitted > 0)]
         done = ids[gen_before + emitted >= self.out_n[ids]]
+        seen = t if self.host is None else self._respond(ids[emitted > 0], first, done, t)
+        self.first[first] = seen
         if done.size:
-            self.finish[done] = t
+            self.finish[done] = seen
             self.free += int(self.held[done].sum())
             self.held[done] = 0
             self.run_ids = self.run_ids[np.isnan(self.finish[self.run_ids])]
         return done
+
+    def _respond(self, emitting: np.ndarray, first: np.ndarray, done: np.ndarray, t: float) -> float:
+        """When the client sees this step's tokens: its responses through the host's queue. A
+        sequence responds on its first token, when it finishes, and every ``stream_interval``-th
+        iteration that emitted (TensorRT-LLM's rule)."""
+        self.iters[emitting] += 1
+        interval = self.cfg.host_path.stream_interval
+        due = (self.iters[emitting] % interval == 0) if interval > 1 else np.ones(emitting.size, dtype=bool)
+        due |= np.isin(emitting, first) | np.isin(emitting, done)
+        return self.host.deliver(t, int(due.sum()))

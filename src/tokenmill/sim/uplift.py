@@ -18,7 +18,9 @@ turn them on:
   all-reduces run between layers;
 - newer kernels, when ``--baseline-kernels`` names an older generation
   (sim/kernels.py): off, every step at that generation's scale. This is how
-  the table prices a software uplift between MLPerf rounds on one config.
+  the table prices a software uplift between MLPerf rounds on one config;
+- a stream interval (``--stream-interval N`` with ``--host-stream-rate``,
+  sim/host_path.py): off, every sequence responds every step.
 
 A variant that does not run (e.g. the weights do not fit a tensor-parallel
 replica) is reported with the reason instead of figures.
@@ -41,10 +43,13 @@ class Variant:
 
 
 KERNELS = "kernels"
+STREAM_INTERVAL = "stream interval"
 
 
 def technique_label(technique: str, full: Deployment) -> str:
-    return f"{full.kernels} kernels" if technique == KERNELS else technique
+    if technique == KERNELS:
+        return f"{full.kernels} kernels"
+    return f"{technique} {full.stream_interval}" if technique == STREAM_INTERVAL else technique
 
 
 def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
@@ -63,6 +68,8 @@ def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
         return d, replace(w, cached_tokens=full_w.cached_tokens if full else 0)
     if technique == "GEMM + all-reduce fusion":
         return replace(d, fused_allreduce=bool(full and full.fused_allreduce)), w
+    if technique == STREAM_INTERVAL:
+        return replace(d, stream_interval=full.stream_interval if full else 1), w
     raise ValueError(f"uplift: unknown technique {technique!r}")
 
 
@@ -80,6 +87,8 @@ def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None) 
         used.append("prefix caching")
     if d.fused_allreduce:
         used.append("GEMM + all-reduce fusion")
+    if d.host_stream_rate and d.stream_interval > 1:
+        used.append(STREAM_INTERVAL)
     return used
 
 
@@ -89,7 +98,8 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
     used = techniques(full, workload, baseline_kernels)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
-                         "--mtp, --disagg, --cached-tokens, --fused-allreduce, --baseline-kernels); turn some on")
+                         "--mtp, --disagg, --cached-tokens, --fused-allreduce, --baseline-kernels, "
+                         "--stream-interval); turn some on")
     base = (full, workload)
     for t in used:
         base = _switch(*base, t, None, baseline_kernels=baseline_kernels)

@@ -207,7 +207,8 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
         base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce, router=row.router,
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                           overlap_scheduler=row.overlap_scheduler, kv_free_fraction=row.kv_free_fraction,
-                          kernels=row.kernels,
+                          kernels=row.kernels, host_stream_rate=row.host_stream_rate,
+                          stream_interval=row.stream_interval if row.host_stream_rate else 1,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
