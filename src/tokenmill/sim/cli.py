@@ -2,10 +2,10 @@
 
 Checked against published results by ``tokenmill sim validate`` (sim/validate.py,
 docs/SIMULATOR.md): most of TensorRT-LLM's table and DeepSeek-R1's and
-Llama-3.1-405B's MLPerf v6.0 rows within 25%, DeepSeek-R1's v5.1 Offline rows at the v5.1
-kernels (``--kernels``); rack-scale DeepSeek-R1 Server runs, the v5.1 Server rows, the Interactive
-rows and gpt-oss on Hopper not; the figures are the cost model's and the scheduler simulation's,
-nothing more.
+Llama-3.1-405B's MLPerf v6.0 rows within 25%, DeepSeek-R1's v5.1 rows at the v5.1 kernels
+(``--kernels``) and, for Server, with the host's response path (``--host-stream-rate``); NVIDIA's
+GB300 rack Server row, the Interactive rows and gpt-oss on Hopper not; the figures are the cost
+model's and the scheduler simulation's, nothing more.
 """
 
 from __future__ import annotations
