@@ -25,7 +25,10 @@ arrival. Each step schedules as ``Scheduler.schedule`` does:
 - after the step, ``Scheduler.update``'s counter rule: computed = start +
   scheduled - drafts + accepted drafts; a request samples when the step
   reaches its last token, so its first token comes at the end of the step
-  that finishes its prompt.
+  that finishes its prompt;
+- with ``host_path`` (sim/host_path.py) a request's first and last tokens are
+  seen when the replica's host has handled that step's responses, not when the
+  step ends; the schedule itself does not wait for the host.
 
 Speculative decoding follows spec/drafting.py: a running request whose only
 pending token is its last is "ready" and verifies ``min(draft_tokens, output
@@ -40,7 +43,8 @@ What the simulation does not model: prefix sharing between live requests
 request's own: exact when no running request holds them, an upper bound on
 KV use otherwise), prefix hits on a preempted request's own blocks (a
 recompute starts again from ``cached_tokens``), stop tokens (every request
-produces exactly ``output_tokens``), and time spent outside steps.
+produces exactly ``output_tokens``), and time spent outside steps (but for
+``host_path``'s delivery).
 
 State lives in per-request numpy arrays; a step costs a few vectorized
 operations over the running batch plus Python work per admission or
