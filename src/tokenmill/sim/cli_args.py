@@ -145,8 +145,8 @@ def _add_scheduling_args(g) -> None:
     g.add_argument("--stream-interval", type=int, default=1, metavar="N",
                    help="with --host-stream-rate: a sequence responds every N decoding steps, besides its first "
                         "and last token (as `tokenmill serve --stream-interval`, TensorRT-LLM's and vLLM's "
-                        "stream_interval; the MLPerf v6.0 DeepSeek-R1 Server configs set 20-200 on GB300 and B200, "
-                        "v5.1's left 1) (default: %(default)s)")
+                        "stream_interval; most MLPerf v6.0 DeepSeek-R1 Server configs set 20-200, v5.1's left 1) "
+                        "(default: %(default)s)")
     g.add_argument("--router", default="kv", choices=ROUTER_NAMES,
                    help="how Server and Interactive arrivals pick a replica, as `tokenmill serve --router`: kv "
                         "(least KV blocks held or prompt blocks pending), least-loaded (fewest requests in flight: "

@@ -129,7 +129,7 @@ _GB200 = "GB200-NVL72_GB200-186GB_aarch64"
 # (org, system, hardware, GPUs; scheduled and completed QPS, queries, completed tokens/s, TPOT mean / p50 /
 # p99 ms, TTFT p99 ms, batch per rank, per-rank max_num_tokens[, prompt balancing where not 3 / 9]; the
 # KV cache's free-memory fraction where the config sets 0.95, not 0.9; the stream interval where the
-# config sets one: every GB300 config 100, every B200 one 20, the GB200 ones none, so 1)
+# config sets one: these runs' GB300 configs 100, their B200 ones 20, the GB200 racks' none, so 1)
 _F95 = dict(kv_free_fraction=0.95)
 _S100, _S20 = dict(stream_interval=100), dict(stream_interval=20)
 DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
