@@ -158,3 +158,9 @@ def test_the_deepseek_r1_server_rows_stream_as_their_configs_say():
     assert rows == [("v5.1", "b200", 8, 1), ("v5.1", "gb300", 72, 1), ("v6.0", "b200", 8, 20),
                     ("v6.0", "gb200", 72, 1), ("v6.0", "gb300", 8, 100), ("v6.0", "gb300", 72, 100),
                     ("v6.0", "gb300", 72, 100)]
+
+
+def test_the_table_names_the_host(capsys):
+    args = [a for a in SMALL if a != "--json"]
+    assert main(["sim", *args, "--host-stream-rate", "50000", "--stream-interval", "4"]) == 0
+    assert "host 50,000 responses/s, stream interval 4" in capsys.readouterr().out
