@@ -70,6 +70,9 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
     search_splits = args.disagg == "auto"
     if search_splits and not args.search:
         raise ValueError("--disagg auto: only with --search (it searches the prefill:decode split); give P:D")
+    if args.stream_interval != 1 and args.host_stream_rate is None:
+        raise ValueError("--stream-interval: only matters with --host-stream-rate (the responses/s the host "
+                         "handles); without it every token is seen when its step ends")
     split = None if search_splits else parse_disagg(args.disagg, _decode_pool(args, parallel))
     devices = split.devices(parallel) if split else parallel.devices
     return Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,

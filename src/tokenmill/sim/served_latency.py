@@ -242,7 +242,7 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
                    max_num_batched_tokens=run.max_num_tokens, chunked_prefill=run.chunked_prefill,
                    adp_balance=run.adp_balance, overlap_scheduler=True, kernels=run.kernels,
                    kv_free_fraction=run.kv_free_fraction, host_stream_rate=run.host_stream_rate,
-                   stream_interval=run.stream_interval if run.host_stream_rate else 1)
+                   stream_interval=run.stream_interval)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
     f = predict(get_model(run.model), get_hardware(run.hardware), d, w)

@@ -478,9 +478,10 @@ class ReplicaSim:
         gen_before = self.gen[ids]
         self.gen[ids] = gen_before + emitted
         self.ntok[ids] = ntok + emitted
-        first = ids[(gen_before == 0) & (emitted > 0)]
-        done = ids[gen_before + emitted >= self.out_n[ids]]
-        seen = t if self.host is None else self._respond(ids[emitted > 0], first, done, t)
+        emitting = emitted > 0
+        starts, ends = (gen_before == 0) & emitting, gen_before + emitted >= self.out_n[ids]
+        first, done = ids[starts], ids[ends]
+        seen = t if self.host is None else self._respond(ids[emitting], (starts | ends)[emitting], t)
         self.first[first] = seen
         if done.size:
             self.finish[done] = seen
@@ -489,12 +490,10 @@ class ReplicaSim:
             self.run_ids = self.run_ids[np.isnan(self.finish[self.run_ids])]
         return done
 
-    def _respond(self, emitting: np.ndarray, first: np.ndarray, done: np.ndarray, t: float) -> float:
+    def _respond(self, emitting: np.ndarray, first_or_last: np.ndarray, t: float) -> float:
         """When the client sees this step's tokens: its responses through the host's queue. A
-        sequence responds on its first token, when it finishes, and every ``stream_interval``-th
-        iteration that emitted (TensorRT-LLM's rule)."""
+        sequence that emitted responds on its first token, on its last (``first_or_last``, a mask
+        over ``emitting``), and every ``stream_interval``-th iteration that emitted (TensorRT-LLM's rule)."""
         self.iters[emitting] += 1
-        interval = self.cfg.host_path.stream_interval
-        due = (self.iters[emitting] % interval == 0) if interval > 1 else np.ones(emitting.size, dtype=bool)
-        due |= np.isin(emitting, first) | np.isin(emitting, done)
+        due = first_or_last | (self.iters[emitting] % self.cfg.host_path.stream_interval == 0)
         return self.host.deliver(t, int(due.sum()))

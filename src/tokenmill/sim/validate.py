@@ -208,7 +208,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                           overlap_scheduler=row.overlap_scheduler, kv_free_fraction=row.kv_free_fraction,
                           kernels=row.kernels, host_stream_rate=row.host_stream_rate,
-                          stream_interval=row.stream_interval if row.host_stream_rate else 1,
+                          stream_interval=row.stream_interval,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
