@@ -13,7 +13,7 @@ from tokenmill.sim.served_latency import DENSE_RUNS, RUNS, check_run, latency_ta
 
 
 def test_records_agree_with_themselves_and_the_dataset():
-    assert {r.model for r in RUNS} == {"deepseek-r1", "llama3.1-8b", "llama2-70b"}
+    assert {r.model for r in RUNS} == {"deepseek-r1", "llama3.1-8b", "llama2-70b", "llama3.1-405b"}
     for run in RUNS:
         _, osl, _ = dataset_means(run.model)
         ttft_limit, tpot_limit = MLPERF_LATENCY_LIMITS[run.model]["server"]
@@ -110,3 +110,29 @@ def test_each_run_sizes_its_kv_cache_at_its_configs_fraction():
             checked += 1
     assert checked >= 10
     assert {r.kv_free_fraction for r in RUNS} == {0.9, 0.95, 0.99}
+
+
+def test_prompts_are_chunked_first_come_first_served_into_the_budget():
+    from tokenmill.sim.served_latency import _fill_budget
+    from tokenmill.sim.shapes import PrefillChunk
+
+    waiting = [[3000, 1000], [500, 0], [800, 0]]  # the oldest prompt half done
+    assert _fill_budget(waiting, 2300) == (PrefillChunk(2000, 1000), PrefillChunk(300, 0))
+    assert waiting == [[3000, 3000], [500, 300], [800, 0]]  # advanced in place; the caller drops finished ones
+    assert _fill_budget(waiting, 0) == ()
+
+
+def test_the_405b_runs_ran_the_executor_fused_and_chunked():
+    runs = [r for r in DENSE_RUNS if r.model == "llama3.1-405b"]
+    assert [(r.hardware, r.instances, r.max_num_tokens) for r in runs] == [("gb300", 36, 1536), ("b200", 2, 2048)]
+    assert all(r.fused_allreduce and r.chunked_prefill and r.round == "v5.1" for r in runs)
+    # The C++ executor has no overlap scheduler; the DeepSeek-R1 runs' trtllm-serve has.
+    assert not any(r.overlap_scheduler for r in runs)
+    assert all(r.overlap_scheduler for r in RUNS if r.model == "deepseek-r1")
+    # A 9,428-token mean prompt in 1,536-token chunks (the same draws either way): the prompt tokens spread
+    # over more mixed steps, each hiding the decodes' weight reads under its compute, so the mean step is
+    # shorter than with a budget that takes each prompt whole (56 against 60 ms).
+    gb300 = runs[0]
+    chunked = step_at_published_batch(gb300, steps=20)
+    whole = step_at_published_batch(replace(gb300, max_num_tokens=40_000), steps=20)
+    assert 0.85 * whole < chunked < 0.98 * whole

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from tokenmill.sim.host_rates import held_out_rate
+from tokenmill.sim.published_harness import MLPERF_MAX_NUM_TOKENS, runs_overlap_scheduler
 from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION, TRTLLM_BENCH_DEFAULT
 
 
@@ -63,7 +64,8 @@ class PublishedResult:
     """The concurrency the source ran (trtllm-bench ``--concurrency``), where it states one: the
     check simulates that batch (as much of it as the KV cache holds) instead of searching."""
     max_num_batched_tokens: int | None = None
-    """The source's per-rank step budget (``--max_num_tokens``), where it states one."""
+    """The source's per-rank step budget (``--max_num_tokens``; an MLPerf config's, sim/published_harness.py
+    ``MLPERF_MAX_NUM_TOKENS``), where it states one the simulation takes."""
     fused_allreduce: bool = False
     """The run fused its tensor-parallel all-reduces into the GEMMs: its config sets
     TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED or TensorRT-LLM's gemm_allreduce_plugin (read in the
@@ -79,7 +81,9 @@ class PublishedResult:
     overlap_scheduler: bool = False
     """TensorRT-LLM's overlap scheduler was on (sim/serving.py): NVIDIA's MLPerf harness leaves its
     default, on (closed/NVIDIA/code/llmlib/config.py ``disable_overlap_scheduler: False``, v5.1 and
-    v6.0), so every MLPerf row; trtllm-bench's Offline tables run without arrivals to delay."""
+    v6.0), in every run on TensorRT-LLM's PyTorch backend; the v4.1 and v5.1 Llama runs ran the C++
+    executor, which has none (sim/published_harness.py); trtllm-bench's Offline tables run without
+    arrivals to delay."""
     router: str = "kv"
     """How the run sent Server and Interactive queries to its instances (sim/routed.py policies):
     ``NVIDIA_HARNESS_ROUTER`` for MLPerf rows, ``kv`` where a config names a prompt-length rule."""
@@ -250,17 +254,19 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
             prec: str, total: float, parallel: str | None = None, note: str = "",
             fused: bool = False, adp: tuple[int, int] | None = None, whole_prompts: bool = False,
             mtp: tuple[int, float] | None = None, router: str = NVIDIA_HARNESS_ROUTER,
-            overlap: bool = True, stream: int = 1) -> PublishedResult:
+            stream: int = 1) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
     queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
     round_name = re.search(r"v\d\.\d", rnd).group()
     kv = MLPERF_KV_FREE_FRACTION.get((round_name, org, system, bench, scenario), TRTLLM_BENCH_DEFAULT)
+    tokens = MLPERF_MAX_NUM_TOKENS.get((round_name, org, system, bench, scenario))
     text = f"{total:,} tok/s total / {n} GPUs; {queries:,} {'samples' if scenario == 'Offline' else 'queries'}"
     text += f"; {note}" if note else ""
     return PublishedResult(model, hw, n, prec, scenario.lower(), None, None, dataset, total / n, parallel,
                            f"{rnd}: {path}", text, queries, fused_allreduce=fused, adp_balance=adp,
-                           chunked_prefill=not whole_prompts, mtp=mtp, router=router, overlap_scheduler=overlap,
+                           chunked_prefill=not whole_prompts, mtp=mtp, router=router,
+                           overlap_scheduler=runs_overlap_scheduler(round_name, model), max_num_batched_tokens=tokens,
                            kv_free_fraction=kv, kernels="v5.1" if (round_name, model) == ("v5.1", "deepseek-r1")
                            else "v6.0", stream_interval=stream,
                            host_stream_rate=held_out_rate(round_name, org, system, hw)

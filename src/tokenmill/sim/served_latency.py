@@ -30,12 +30,14 @@ out (no B300 profile).
 mlcommons/inference_results_v5.1 @965182b; they ran TensorRT-LLM of August 2025 and are simulated at
 that kernel generation (sim/kernels.py, whose scale they and the v6.0 records give).
 
-The dense records (``DENSE_RUNS``: Llama-3.1-8B and Llama-2-70B, the Server rows of sim/published.py
-with logs) are read the same way from the v6.0 repository, mlcommons/inference_results_v5.1 @965182b
-and mlcommons/inference_results_v4.1 @198fc46 (its configs: ``closed/NVIDIA/configs/llama2-70b/``).
-Each runs one TensorRT-LLM instance per TP group (TP1, or TP2 on the H100), no attention DP; the
+The dense records (``DENSE_RUNS``: Llama-3.1-8B, Llama-2-70B and Llama-3.1-405B, the Server rows of
+sim/published.py with logs and a modelled layout) are read the same way from the v6.0 repository,
+mlcommons/inference_results_v5.1 @965182b and mlcommons/inference_results_v4.1 @198fc46 (its configs:
+``closed/NVIDIA/configs/llama2-70b/``). Each runs one TensorRT-LLM instance per TP group (TP1; TP2 on
+the H100; Llama-3.1-405B TP2 on GB300, TP4 on B200, its all-reduces fused), no attention DP; the
 v5.1 and v6.0 configs chunk prompts (``enable_chunked_context: True``), v4.1's do not name it
-(TensorRT-LLM's default: off).
+(TensorRT-LLM's default: off). The v4.1 and v5.1 runs ran the C++ executor, without the overlap
+scheduler (sim/published_harness.py).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.mlperf_lengths import dataset_means, length_draws
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import PRECISION_BYTES_KV, Deployment, Workload, predict
+from tokenmill.sim.published_harness import runs_overlap_scheduler
 from tokenmill.sim.scenarios import MLPERF_MIN_DURATION_S
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 
@@ -96,11 +99,19 @@ class ServedRun:
     memory the weights and the runtime's buffers leave free."""
     kernels: str = "v6.0"
     """The TensorRT-LLM generation its steps are priced at (sim/kernels.py)."""
+    fused_allreduce: bool = False
+    """The config fuses the tensor-parallel all-reduces into the GEMMs (the Llama-3.1-405B runs'
+    ``gemm_allreduce_plugin``; sim/published.py ``PublishedResult.fused_allreduce``)."""
     stream_interval: int = 1
     """The config's ``stream_interval`` (NVIDIA's harness default: 1, every token streamed)."""
     host_stream_rate: float | None = None
     """Responses/s of the instance's host (sim/host_path.py); None: not modelled (the records leave it
     out: benchmarks/host_rate_fit.py reads each run's from its TTFT)."""
+
+    @property
+    def overlap_scheduler(self) -> bool:
+        """TensorRT-LLM's overlap scheduler: on but in the executor-core runs (sim/published_harness.py)."""
+        return runs_overlap_scheduler(self.round, self.model)
 
     @property
     def max_num_seqs(self) -> int:
@@ -182,6 +193,7 @@ DEEPSEEK_RUNS_V51: tuple[ServedRun, ...] = (
 _TP1, _TP2 = Parallel(tp=1), Parallel(tp=2)
 _8B = dict(model="llama3.1-8b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
 _70B = dict(model="llama2-70b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
+_405B = dict(model="llama3.1-405b", adp_balance=None, chunked_prefill=True, fused_allreduce=True, round="v5.1", **_F95)
 
 # The same fields; queries: sim/published.py's count for the row (the log's min_query_count).
 DENSE_RUNS: tuple[ServedRun, ...] = (
@@ -205,6 +217,16 @@ DENSE_RUNS: tuple[ServedRun, ...] = (
               75.10, 74.42, 196_608, 21_605.79, 154.96, 156.42, 175.35, 461.3, 1024, 4096,
               **{**_70B, "instance_gpus": 2, "parallel": _TP2, "chunked_prefill": False}, precision="fp8",
               round="v4.1"),
+    # Llama-3.1-405B, v5.1: the two runs with a layout the simulator models, on one C++ executor per
+    # TP group (configs: NVIDIA's GB300 rack TP2, its B200 node TP4; batch 2048 and 256, budgets 1,536
+    # and 2,048 tokens; sim/published_harness.py). Nebius's H200 run (TP8) is left out: its instance
+    # serves 0.45 QPS, ~5 hours of simulated arrivals for its 8,313 queries.
+    ServedRun("NVIDIA", f"{_GB300}x72_TRT", "gb300", 72,
+              19.55, 19.46, 99_756, 12_248.42, 75.74, 75.50, 100.14, 4_745.8, 2048, 1536,
+              **_405B, instance_gpus=2, parallel=_TP2),
+    ServedRun("NVIDIA", "B200-SXM-180GBx8_TRT", "b200", 8,
+              1.90, 1.90, 8_313, 1_240.42, 101.34, 100.80, 138.24, 5_134.2, 256, 2048,
+              **_405B, instance_gpus=4, parallel=Parallel(tp=4)),
 )
 
 RUNS: tuple[ServedRun, ...] = DEEPSEEK_RUNS + DEEPSEEK_RUNS_V51 + DENSE_RUNS
@@ -240,7 +262,8 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
     osl = run.output_mean
     d = Deployment(run.instance_gpus, run.parallel, run.precision, max_num_seqs=run.max_num_seqs,
                    max_num_batched_tokens=run.max_num_tokens, chunked_prefill=run.chunked_prefill,
-                   adp_balance=run.adp_balance, overlap_scheduler=True, kernels=run.kernels,
+                   adp_balance=run.adp_balance, overlap_scheduler=run.overlap_scheduler, kernels=run.kernels,
+                   fused_allreduce=run.fused_allreduce,
                    kv_free_fraction=run.kv_free_fraction, host_stream_rate=run.host_stream_rate,
                    stream_interval=run.stream_interval)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
@@ -258,10 +281,12 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> 
 
     Each step draws its decodes' contexts as a moment of the run sees them: a request picked in
     proportion to its output length (a long answer is in flight longer), at a uniform point of
-    that answer, on its prompt (the dataset's draws, sim/mlperf_lengths.py); and its whole prompts
-    as Poisson arrivals at the run's completed rate per instance over one published mean TPOT (the
-    DeepSeek-R1 configs do not chunk prompts; the dense ones do, but their budgets hold a step's
-    decodes and its mean arrivals whole)."""
+    that answer, on its prompt (the dataset's draws, sim/mlperf_lengths.py); and its prompts as
+    Poisson arrivals at the run's completed rate per instance over one published mean TPOT: whole
+    (the DeepSeek-R1 configs do not chunk prompts), or, where the config chunks them, in first-come
+    first-served chunks filling what the step's decodes leave of its budget (``_fill_budget``; the
+    Llama-3.1-8B and Llama-2-70B budgets hold a step's mean arrivals whole, Llama-3.1-405B's 1,536-2,048
+    tokens a sixth of its mean prompt), over enough steps for 200 arrivals at least."""
     arch, hw = get_model(run.model), get_hardware(run.hardware)
     _, _, osl_max = dataset_means(run.model)
     prompt, output = length_draws(run.model, run.output_mean, osl_max)
@@ -272,14 +297,34 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> 
     out = np.array([output(rng) for _ in range(pool)])
     arrivals = run.completed_qps / run.instances * run.tpot_mean_ms / 1e3
     kv_bytes = PRECISION_BYTES_KV[run.precision]
+    if run.chunked_prefill:
+        steps = max(steps, int(np.ceil(200 / arrivals)))
+    waiting: list[list[int]] = []  # [prompt tokens, tokens done] of the prompts not yet prefilled, oldest first
     total = 0.0
     for _ in range(steps):
         pick = rng.choice(pool, size=batch, p=out / out.sum())
         contexts = isl[pick] + rng.integers(0, out[pick])
-        prefills = tuple(PrefillChunk(prompt(rng), 0) for _ in range(rng.poisson(arrivals)))
+        waiting += [[prompt(rng), 0] for _ in range(rng.poisson(arrivals))]
+        prefills = _fill_budget(waiting, run.max_num_tokens - batch) if run.chunked_prefill \
+            else tuple(PrefillChunk(p, 0) for p, _ in waiting)
+        waiting = [w for w in waiting if w[1] < w[0]] if run.chunked_prefill else []
         cost = step_cost(arch, StepShape(tuple(contexts.tolist()), prefills), run.parallel, run.precision, kv_bytes)
-        total += step_time(cost, hw, run.precision).total_s
+        total += step_time(cost, hw, run.precision, run.fused_allreduce).total_s
     return total / steps * 1e3 * step_scale(run.kernels)
+
+
+def _fill_budget(waiting: list[list[int]], budget: int) -> tuple[PrefillChunk, ...]:
+    """First-come first-served chunks of the ``waiting`` prompts ([tokens, done], advanced in
+    place) up to ``budget`` tokens: TensorRT-LLM's FIRST_COME_FIRST_SERVED context chunking."""
+    chunks = []
+    for w in waiting:
+        if budget <= 0:
+            break
+        take = min(w[0] - w[1], budget)
+        chunks.append(PrefillChunk(take, w[1]))
+        w[1] += take
+        budget -= take
+    return tuple(chunks)
 
 
 def check_runs(runs: tuple[ServedRun, ...] = RUNS, jobs: int = 1, progress=None) -> list[LatencyCheck]:

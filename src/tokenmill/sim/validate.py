@@ -36,7 +36,9 @@ deployment search (sim/search.py ``SEQ_CHOICES``; per device under attention
 DP) that the KV cache holds whole, and at that limit (larger batches would
 only preempt), and the best is kept; a row whose source states its concurrency
 and step budget (``PublishedResult.max_num_seqs``, ``max_num_batched_tokens``:
-the trtllm-bench commands of TensorRT-LLM's DeepSeek-R1 guide) runs at those. A TensorRT-LLM row
+the trtllm-bench commands of TensorRT-LLM's DeepSeek-R1 guide) runs at those; a row whose
+config gives only its budget (the v5.1 Llama-3.1-405B rows, sim/published_harness.py) runs
+at that budget and searches the batch. A TensorRT-LLM row
 simulates the request count its source states (1,000-3,000 requests), ramp-up
 and drain included, as the published figure does. An MLPerf row first runs
 ``--num-requests`` per replica (at least two batches) at each batch as a

@@ -1,0 +1,43 @@
+"""What NVIDIA's MLPerf harness ran under each published run: which TensorRT-LLM runtime, and the
+step budget where a row's config sets one the simulation takes (sim/published.py rows).
+
+The harness (``closed/<org>/code/llmlib/``, v5.1 and v6.0) drives one of several "cores" per
+benchmark (``code/<benchmark>/tensorrt/__init__.py`` ``DEFAULT_CORE_TYPE``):
+- DeepSeek-R1 and gpt-oss-120b: ``TRTLLM_ENDPOINT``, ``trtllm-serve`` on TensorRT-LLM's PyTorch
+  backend, whose overlap scheduler is on unless a config switches it off (config.py
+  ``DEFAULT_EXTRA_CONFIG``: ``disable_overlap_scheduler: False``);
+- the Llama models: ``TRTLLM_EXECUTOR``, the C++ executor running a TensorRT engine the harness
+  builds from the config's ``trtllm_build_flags`` (cores/trtllm_executor_core.py ``ExecutorConfig``:
+  batch, token budget, scheduler and chunking policies, KV cache; no overlap scheduler, which is the
+  PyTorch backend's: config.py says its extra options "apply only in pytorch backend"; and no CUDA
+  graphs: every v5.1 Llama-3.1-405B config sets ``use_graphs: False``).
+The v6.0 Llama configs moved to the PyTorch backend (Lambda_SIT's Llama-3.1-8B: ``torch_compile_config``
+with piecewise CUDA graphs, ``sampler_type``, ``stream_interval``; NVIDIA's Llama-3.1-405B: ``trtllm-serve``
+workers behind Dynamo). v4.1 (2024) predates the PyTorch backend: its Llama runs are executor runs too.
+"""
+
+from __future__ import annotations
+
+EXECUTOR_ROUNDS = ("v4.1", "v5.1")
+"""The rounds whose Llama runs ran the C++ executor (module docstring)."""
+
+
+def runs_overlap_scheduler(round_name: str, model: str) -> bool:
+    """Whether the published run's runtime had TensorRT-LLM's overlap scheduler on: every MLPerf
+    run but the executor-core ones (a Llama model in v4.1 or v5.1)."""
+    return not (model.startswith("llama") and round_name in EXECUTOR_ROUNDS)
+
+
+MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
+    ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 1536,
+    ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 1536,
+    ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 2048,
+    ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
+    ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server"): 2560,
+}
+"""The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the engine's 1,536-8,192)
+of the MLPerf v5.1 Llama-3.1-405B runs of NVIDIA and Nebius: ``closed/<org>/configs/<system without
+_TRT>/<Scenario>/llama3_1-405b.py`` in mlcommons/inference_results_v5.1 @965182b (Nebius's H200 rows
+search their layout: its Offline config is TP4 PP2, not modelled, its Server config TP8; NVIDIA's B200
+Offline row, TP2 PP2, is skipped and was not read). The other MLPerf rows keep the simulator's 8,192
+(``Deployment.max_num_batched_tokens``); their configs' budgets were not read in."""
