@@ -124,7 +124,8 @@ def test_prompts_are_chunked_first_come_first_served_into_the_budget():
 
 def test_the_405b_runs_ran_the_executor_fused_and_chunked():
     runs = [r for r in DENSE_RUNS if r.model == "llama3.1-405b"]
-    assert [(r.hardware, r.instances, r.max_num_tokens) for r in runs] == [("gb300", 36, 1536), ("b200", 2, 2048)]
+    assert [(r.hardware, r.instances, r.max_num_tokens) for r in runs] == [
+        ("gb300", 36, 1536), ("gb200", 18, 2048), ("b200", 2, 2048)]
     assert all(r.fused_allreduce and r.chunked_prefill and r.round == "v5.1" for r in runs)
     # The C++ executor has no overlap scheduler; the DeepSeek-R1 runs' trtllm-serve has.
     assert not any(r.overlap_scheduler for r in runs)

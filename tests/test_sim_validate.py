@@ -217,6 +217,7 @@ def test_the_v51_405b_rows_run_their_configs_step_budgets():
     v51 = [r for r in RESULTS if r.model == "llama3.1-405b" and "v5.1" in r.source]
     budgets = {(r.hardware, r.num_gpus, r.scenario): r.max_num_batched_tokens for r in v51}
     assert budgets == {("gb300", 72, "offline"): 1536, ("gb300", 72, "server"): 1536, ("b200", 8, "server"): 2048,
+                       ("gb200", 72, "server"): 2048,
                        ("h200", 8, "offline"): 1536, ("h200", 8, "server"): 2560,
                        ("b200", 8, "offline"): None, ("h100", 16, "offline"): None}  # configs not read in
     assert {r.max_num_batched_tokens for r in RESULTS if r.dataset and r not in v51} == {None}

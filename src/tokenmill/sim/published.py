@@ -225,6 +225,7 @@ _MLPERF_QUERIES: dict[tuple[str, str, str, str, str], int] = {
     (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Server"): 884_736,
     (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Interactive"): 270_336,
     (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 8_313,
+    (_V51, "NVIDIA", _GB200, "llama3.1-405b", "Server"): 33_252,
     (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 8_313,
     (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline"): 735_240,
     (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server"): 601_560,
@@ -385,6 +386,10 @@ RESULTS: tuple[PublishedResult, ...] = (
             "TP2", f"{_ISSUE17}: 224"),
     _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 12248.42,
             "TP2", f"{_ISSUE17}: 170", fused=True),
+    # MLPerf v5.1, GB200 NVL72 (its Offline run is TP2 PP2, not modelled)
+    _mlperf(_V51, "NVIDIA", _GB200, "llama3.1-405b", "Server", "llama3.1-405b", "gb200", 72, "fp4", 11614.28,
+            "TP4", "18 TP4 executors (closed/NVIDIA/configs/GB200-NVL72_GB200-186GB_aarch64x72/Server/"
+            "llama3_1-405b.py: batch 256, max_num_tokens 2048, gemm_allreduce_plugin)", fused=True),
     # MLPerf v5.1, NVIDIA DGX B200 (8 GPUs)
     _mlperf(_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Offline", "deepseek-r1", "b200", 8, "fp4",
             33379, "TP8 EP8 attention-DP"),

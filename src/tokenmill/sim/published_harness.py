@@ -10,7 +10,7 @@ benchmark (``code/<benchmark>/tensorrt/__init__.py`` ``DEFAULT_CORE_TYPE``):
   builds from the config's ``trtllm_build_flags`` (cores/trtllm_executor_core.py ``ExecutorConfig``:
   batch, token budget, scheduler and chunking policies, KV cache; no overlap scheduler, which is the
   PyTorch backend's: config.py says its extra options "apply only in pytorch backend"; and no CUDA
-  graphs: every v5.1 Llama-3.1-405B config sets ``use_graphs: False``).
+  graphs: NVIDIA's and Nebius's v5.1 Llama-3.1-405B configs set ``use_graphs: False``).
 The v6.0 Llama configs moved to the PyTorch backend (Lambda_SIT's Llama-3.1-8B: ``torch_compile_config``
 with piecewise CUDA graphs, ``sampler_type``, ``stream_interval``; NVIDIA's Llama-3.1-405B: ``trtllm-serve``
 workers behind Dynamo). v4.1 (2024) predates the PyTorch backend: its Llama runs are executor runs too.
@@ -31,6 +31,7 @@ def runs_overlap_scheduler(round_name: str, model: str) -> bool:
 MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 1536,
+    ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 2048,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 2048,
     ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server"): 2560,

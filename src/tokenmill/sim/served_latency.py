@@ -190,7 +190,7 @@ DEEPSEEK_RUNS_V51: tuple[ServedRun, ...] = (
               4.01, 3.98, 26_328, 14_630.74, 61.27, 62.25, 65.04, 1_803.0, 512, 3456, **_V51),
 )
 
-_TP1, _TP2 = Parallel(tp=1), Parallel(tp=2)
+_TP1, _TP2, _TP4 = Parallel(tp=1), Parallel(tp=2), Parallel(tp=4)
 _8B = dict(model="llama3.1-8b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
 _70B = dict(model="llama2-70b", instance_gpus=1, parallel=_TP1, adp_balance=None, chunked_prefill=True)
 _405B = dict(model="llama3.1-405b", adp_balance=None, chunked_prefill=True, fused_allreduce=True, round="v5.1", **_F95)
@@ -217,16 +217,19 @@ DENSE_RUNS: tuple[ServedRun, ...] = (
               75.10, 74.42, 196_608, 21_605.79, 154.96, 156.42, 175.35, 461.3, 1024, 4096,
               **{**_70B, "instance_gpus": 2, "parallel": _TP2, "chunked_prefill": False}, precision="fp8",
               round="v4.1"),
-    # Llama-3.1-405B, v5.1: the two runs with a layout the simulator models, on one C++ executor per
-    # TP group (configs: NVIDIA's GB300 rack TP2, its B200 node TP4; batch 2048 and 256, budgets 1,536
-    # and 2,048 tokens; sim/published_harness.py). Nebius's H200 run (TP8) is left out: its instance
-    # serves 0.45 QPS, ~5 hours of simulated arrivals for its 8,313 queries.
+    # Llama-3.1-405B, v5.1: the three runs with a layout the simulator models, on one C++ executor per
+    # TP group (configs: NVIDIA's GB300 rack TP2, its GB200 rack and B200 node TP4; batch 2048, 256 and
+    # 256, budgets 1,536, 2,048 and 2,048 tokens; sim/published_harness.py). Nebius's H200 run (TP8) is
+    # left out: its 8,313 queries arrive over 5 hours at 0.45 QPS (its row's peak search ran over an hour).
     ServedRun("NVIDIA", f"{_GB300}x72_TRT", "gb300", 72,
               19.55, 19.46, 99_756, 12_248.42, 75.74, 75.50, 100.14, 4_745.8, 2048, 1536,
               **_405B, instance_gpus=2, parallel=_TP2),
+    ServedRun("NVIDIA", f"{_GB200}x72_TRT", "gb200", 72,
+              17.73, 17.72, 33_252, 11_614.28, 104.26, 104.77, 128.01, 4_358.8, 256, 2048,
+              **_405B, instance_gpus=4, parallel=_TP4),
     ServedRun("NVIDIA", "B200-SXM-180GBx8_TRT", "b200", 8,
               1.90, 1.90, 8_313, 1_240.42, 101.34, 100.80, 138.24, 5_134.2, 256, 2048,
-              **_405B, instance_gpus=4, parallel=Parallel(tp=4)),
+              **_405B, instance_gpus=4, parallel=_TP4),
 )
 
 RUNS: tuple[ServedRun, ...] = DEEPSEEK_RUNS + DEEPSEEK_RUNS_V51 + DENSE_RUNS
