@@ -308,9 +308,11 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> 
         pick = rng.choice(pool, size=batch, p=out / out.sum())
         contexts = isl[pick] + rng.integers(0, out[pick])
         waiting += [[prompt(rng), 0] for _ in range(rng.poisson(arrivals))]
-        prefills = _fill_budget(waiting, run.max_num_tokens - batch) if run.chunked_prefill \
-            else tuple(PrefillChunk(p, 0) for p, _ in waiting)
-        waiting = [w for w in waiting if w[1] < w[0]] if run.chunked_prefill else []
+        if run.chunked_prefill:
+            prefills = _fill_budget(waiting, run.max_num_tokens - batch)
+            waiting = [w for w in waiting if w[1] < w[0]]
+        else:  # whole prompts, each in the step it arrives
+            prefills, waiting = tuple(PrefillChunk(p, 0) for p, _ in waiting), []
         cost = step_cost(arch, StepShape(tuple(contexts.tolist()), prefills), run.parallel, run.precision, kv_bytes)
         total += step_time(cost, hw, run.precision, run.fused_allreduce).total_s
     return total / steps * 1e3 * step_scale(run.kernels)
