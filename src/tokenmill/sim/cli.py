@@ -35,6 +35,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.price_per_gpu_hour is not None:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
     deployment = _deployment(args, hw, kernels)
+    if not deployment.cuda_graphs or args.baseline_eager:  # refuse a profile with no eager price up front
+        from tokenmill.sim.cuda_graphs import without_cuda_graphs
+
+        without_cuda_graphs(hw, arch.num_layers, deployment.eager_layer_s)
     workload = _workload(args, model)
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
@@ -42,7 +46,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if args.search or args.pareto:
             raise ValueError(f"--uplift and {'--search' if args.search else '--pareto'}: pick one (--uplift compares "
                              "techniques on the layout given)")
-        return _uplift(arch, hw, deployment, workload, args.json, args.baseline_kernels)
+        return _uplift(arch, hw, deployment, workload, args.json, args.baseline_kernels, args.baseline_eager)
     if args.pareto:
         if args.search:
             raise ValueError("--pareto and --search: pick one (--pareto sweeps the layouts and --max-num-seqs itself)")
@@ -82,7 +86,24 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
                       chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
                       kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
                       kernels=kernels, host_stream_rate=args.host_stream_rate,
-                      stream_interval=args.stream_interval)
+                      stream_interval=args.stream_interval, cuda_graphs=args.cuda_graphs,
+                      eager_layer_s=_eager_layer_s(args))
+
+
+def _eager_layer_s(args: argparse.Namespace) -> float | None:
+    """--eager-layer-ms in seconds, with the flags that price eager steps; ValueError naming the flag."""
+    if args.baseline_eager and not args.uplift:
+        raise ValueError("--baseline-eager: only with --uplift (it sets the uplift table's baseline)")
+    if args.baseline_eager and not args.cuda_graphs:
+        raise ValueError("--baseline-eager and --no-cuda-graphs: pick one (the uplift adds CUDA graphs to an eager "
+                         "baseline; the full stack needs them)")
+    if args.eager_layer_ms is None:
+        return None
+    if args.cuda_graphs and not args.baseline_eager:
+        raise ValueError("--eager-layer-ms: only with --no-cuda-graphs or --baseline-eager (it prices eager steps)")
+    if args.eager_layer_ms < 0:
+        raise ValueError(f"--eager-layer-ms: must be >= 0, got {args.eager_layer_ms}")
+    return args.eager_layer_ms / 1e3
 
 
 def _workload(args: argparse.Namespace, model: str):
@@ -253,14 +274,16 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     return 0
 
 
-def _uplift(arch, hw, deployment, workload, as_json: bool, baseline_kernels: str | None = None) -> int:
+def _uplift(arch, hw, deployment, workload, as_json: bool, baseline_kernels: str | None = None,
+            baseline_eager: bool = False) -> int:
     from tqdm import tqdm
 
     from tokenmill.sim.uplift import table, techniques, uplift
 
-    n = len(techniques(deployment, workload, baseline_kernels))
+    n = len(techniques(deployment, workload, baseline_kernels, baseline_eager))
     with tqdm(total=n + 1 + (n > 1), desc="Simulating variants", unit="variant", leave=False) as bar:
-        variants = uplift(arch, hw, deployment, workload, progress=bar.update, baseline_kernels=baseline_kernels)
+        variants = uplift(arch, hw, deployment, workload, progress=bar.update, baseline_kernels=baseline_kernels,
+                          baseline_eager=baseline_eager)
     if as_json:
         print(json.dumps([{"variant": v.name, "figures": v.figures, "error": v.error or None} for v in variants],
                          indent=2))
@@ -297,6 +320,8 @@ def _table(f: dict) -> str:
         pools = (f"; disaggregated: {p['prefill_replicas']} prefill + {p['decode_replicas']} decode of tp {dec['tp']}, "
                  f"ep {dec['ep']}{', attention dp' if dec['attention_dp'] else ''}, max-num-seqs {dec['max_num_seqs']}")
     sched = "" if c.get("chunked_prefill", True) else "; whole prompts"
+    if c.get("cuda_graphs") is False:
+        sched += f"; no CUDA graphs ({c['eager_step_ms']:.1f} ms of host work an eager step)"
     if c.get("adp_balance"):
         sched += f"; attention-DP prompt balancing {c['adp_balance'][0]}:{c['adp_balance'][1]}"
     if c.get("host_stream_rate"):

@@ -86,6 +86,14 @@ def _add_deployment_args(g) -> None:
                    help="TensorRT-LLM's kernel generation, by MLPerf round, on the GPU profiles: v6.0 (default; the "
                         "cost model as fitted, early 2026) or v5.1 (August 2025: every step 1.52x as long, read in "
                         "the published v5.1 DeepSeek-R1 Server logs against the v6.0 ones; docs/SIMULATOR.md)")
+    g.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="every step launches its kernels from the host instead of replaying a CUDA graph (vLLM's "
+                        "--enforce-eager): each step's launches (--eager-layer-ms per layer) overlap its device "
+                        "work, so small batches slow down most; default: graphs, as published runs and our engine")
+    g.add_argument("--eager-layer-ms", type=float, default=None, metavar="MS",
+                   help="with --no-cuda-graphs or --baseline-eager: host milliseconds to launch one layer's kernels "
+                        "(default: the profile's, 0.25 on the GPU profiles, from published eager vs graph pairs; our "
+                        "engine measured ~1.0 on an H200; a calibrated GPU profile prices its eager steps as measured)")
     g.add_argument("--kv-cache-memory-gib", type=float, default=None, metavar="GIB",
                    help="KV cache per device (default: this-machine's engine default, 1 GiB on a CPU, as "
                         "`tokenmill serve`; on the GPU profiles what 90%% of memory leaves after the weights)")
@@ -97,11 +105,15 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
-                        "--cached-tokens, --fused-allreduce; the kernels with --baseline-kernels), and each "
-                        "switched on alone; a table of tokens/s per GPU and latencies")
+                        "--cached-tokens, --fused-allreduce; the kernels with --baseline-kernels, CUDA graphs "
+                        "with --baseline-eager), and each switched on alone; a table of tokens/s per GPU and "
+                        "latencies")
     g.add_argument("--baseline-kernels", default=None, choices=tuple(KERNEL_GENERATIONS), metavar="ROUND",
                    help="with --uplift: the baseline runs this older kernel generation (v5.1), and the newer "
                         "kernels (--kernels) join the table as a technique: the software uplift between MLPerf rounds")
+    g.add_argument("--baseline-eager", action="store_true",
+                   help="with --uplift: the baseline launches every kernel from the host (--no-cuda-graphs), and "
+                        "CUDA graphs join the table as a technique")
 
 
 def _add_disagg_args(g) -> None:

@@ -387,8 +387,12 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     all-reduce fusion, as the published Llama-3.1-405B MLPerf runs), overlapping the
     forward by the same imperfect rule, so only sqrt(forward^2 + allreduce^2) - forward
     of them shows (each call's latency floor stays), and
-    neither does the host's overhead (per step, plus per sequence in the step;
-    a step run eagerly beside graph-replayed steps pays its own).
+    neither does the host's overhead (per step, plus per sequence in the step).
+    A step the engine runs eagerly (``Efficiency.replays`` False, where the profile prices eager
+    steps) launches its kernels from the host: its launches (``eager_step_overhead_s`` less
+    ``step_overhead_s``) overlap the device's forward and communication by the same rule (the
+    host runs ahead of a busy GPU), or add to them where ``overlap`` is False; so a small step
+    costs its launches and a large one little more than its device time.
     Routed experts' weights stream at ``eff.expert_stream`` of HBM (grouped GEMMs of a few
     rows per expert read far below the rate dense layers reach), the rest at ``eff.memory``.
     GEMMs run at ``precision``; attention at ``cost.attention_precision`` where the
@@ -405,12 +409,17 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     experts = cost.expert_weight_bytes / (eff.expert_stream or eff.memory)
     memory = (experts + (cost.memory_bytes - cost.expert_weight_bytes) / eff.memory) / hardware.memory_bw
     link = (hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw) * eff.comm
-    eager = eff.eager_step_overhead_s is not None and not eff.replays(cost)
-    overhead = (eff.eager_step_overhead_s if eager else eff.step_overhead_s) + eff.seq_overhead_s * cost.sequences
     forward = math.hypot(compute, memory) if hardware.overlap else compute + memory
     allreduce = cost.allreduce_bytes / link
     if fused_allreduce:
         allreduce = math.hypot(forward, allreduce) - forward
     comm = allreduce + cost.alltoall_bytes / link + cost.num_collectives * eff.collective_latency_s
+    overhead = eff.step_overhead_s + eff.seq_overhead_s * cost.sequences
+    if eff.eager_step_overhead_s is not None and not eff.replays(cost):
+        # Launching the kernels from the host: what the eager step costs beyond the per-step work,
+        # overlapping the device's work (the host runs ahead of a busy GPU) by the same rule.
+        launch = max(eff.eager_step_overhead_s - eff.step_overhead_s, 0.0)
+        device = forward + comm
+        overhead += math.hypot(device, launch) - device if hardware.overlap else launch
     return StepTime(compute_s=compute, memory_s=memory, comm_s=comm, overhead_s=overhead,
                     total_s=forward + comm + overhead)

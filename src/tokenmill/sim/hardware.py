@@ -49,6 +49,15 @@ PR 20646). 0.23 is the median of the four. The published DeepSeek-R1 Server runs
 (docs/SIMULATOR.md "The step at the published rates"); DeepGEMM's FP8 masked grouped GEMM reads
 faster (0.61 of an H800's HBM at 256 rows per expert): the best kernels beat this figure."""
 
+EAGER_LAYER_S = 2.5e-4
+"""Host time to launch one transformer layer's kernels from Python (no CUDA graph), per step, in
+a production engine: ``Efficiency.eager_layer_s`` of the datasheet GPU profiles, what
+``--no-cuda-graphs`` prices (sim/cuda_graphs.py). The median of what four published batch-1
+eager vs graph pairs imply under the cost model's rule (benchmarks/sim_cuda_graphs.py: 0.16-0.33
+ms a layer; vLLM and SGLang on GPT-2 on an H200, deepspeedai/DeepSpeed PR 8352; PyTorch on
+Llama-3.1-8B and Qwen2.5-7B on H100s). Our own engine launches more, unfused, kernels: ~1 ms a
+layer on the H200 (its eager steps, 30.07 ms for SmolLM2's 30 layers)."""
+
 
 @dataclass(frozen=True)
 class Efficiency:
@@ -99,8 +108,14 @@ class Efficiency:
     or, without it, every step with a prefill chunk or draft verification), in
     place of ``step_overhead_s``: eager PyTorch launches every kernel from
     Python, so a small model's such step costs tens of milliseconds whatever
-    its size. None: every step costs ``step_overhead_s`` (engines that capture
-    every step; CPUs)."""
+    its size. Its launches (the part beyond ``step_overhead_s``) overlap the
+    device's work (cost.step_time). None: every step costs ``step_overhead_s``
+    (engines that capture every step; CPUs)."""
+    eager_layer_s: float | None = None
+    """Host time per transformer layer to launch a step's kernels eagerly, for a profile that
+    prices steps replayed as CUDA graphs (the datasheet GPUs: ``EAGER_LAYER_S``): what
+    ``--no-cuda-graphs`` turns into ``eager_step_overhead_s`` (sim/cuda_graphs.py). None: the
+    profile has no such figure (a CPU; a calibrated GPU prices its eager steps directly)."""
     graph_max_rows: int | None = None
     """With ``eager_step_overhead_s``: the most rows a replayed step holds
     (our engine's largest CUDA graph size under ``--cuda-graph-mode full``,
@@ -143,7 +158,7 @@ class Efficiency:
             if not 0.0 < value <= 1.0:
                 raise ValueError(f"efficiency.{name}: must be in (0, 1], got {value}")
         if min(self.step_overhead_s, self.seq_overhead_s, self.collective_latency_s,
-               self.eager_step_overhead_s or 0.0) < 0:
+               self.eager_step_overhead_s or 0.0, self.eager_layer_s or 0.0) < 0:
             raise ValueError("efficiency: overheads must be >= 0 seconds")
 
 
@@ -230,6 +245,7 @@ _HARNESS_VRAM = ("memory in GiB as NVIDIA's MLPerf harness states it, the rated 
                  "v6.0: vram 80 GiB H100 SXM, 141 GiB H200, 180 GiB B200, 186 GiB GB200, 277 GiB GB300; "
                  "nvidia-smi totals 81,559 / 143,771 / 183,359 / 189,471 / 284,208 MiB)")
 _TB = 1e12
+_GPU_EFFICIENCY = Efficiency(eager_layer_s=EAGER_LAYER_S)
 _T = 1e12  # TFLOP/s
 _P = 1e15  # PFLOP/s
 
@@ -244,7 +260,7 @@ _HOPPER_SOURCES = (
 )
 
 H100 = Hardware(
-    name="h100", memory_bytes=80 * _GIB, memory_bw=3.35 * _TB, flops=dict(_HOPPER_FLOPS),
+    name="h100", efficiency=_GPU_EFFICIENCY, memory_bytes=80 * _GIB, memory_bw=3.35 * _TB, flops=dict(_HOPPER_FLOPS),
     interconnect_bw=450 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=2.69,
     sources=_HOPPER_SOURCES + (_HARNESS_VRAM,
@@ -254,7 +270,7 @@ H100 = Hardware(
 )
 
 H200 = Hardware(
-    name="h200", memory_bytes=141 * _GIB, memory_bw=4.8 * _TB, flops=dict(_HOPPER_FLOPS),
+    name="h200", efficiency=_GPU_EFFICIENCY, memory_bytes=141 * _GIB, memory_bw=4.8 * _TB, flops=dict(_HOPPER_FLOPS),
     interconnect_bw=450 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=4.54,
     sources=_HOPPER_SOURCES + (_HARNESS_VRAM,
@@ -269,7 +285,7 @@ _NVLINK5 = ("NVLink 5: 1.8 TB/s bidirectional per GPU = 900 GB/s per direction "
             "(https://verda.com/blog/gb300-nvl72-architecture)")
 
 B200 = Hardware(
-    name="b200", memory_bytes=180 * _GIB, memory_bw=8 * _TB,
+    name="b200", efficiency=_GPU_EFFICIENCY, memory_bytes=180 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 75 * _T, "bf16": 2.25 * _P, "fp8": 4.5 * _P, "fp4": 9 * _P},
     interconnect_bw=900 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp4",
     price_per_hour=6.03,
@@ -286,7 +302,7 @@ B200 = Hardware(
 )
 
 GB200 = Hardware(
-    name="gb200", memory_bytes=186 * _GIB, memory_bw=8 * _TB,
+    name="gb200", efficiency=_GPU_EFFICIENCY, memory_bytes=186 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 90 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 10 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=50 * _GB, default_precision="fp4",
     price_per_hour=4.54,
@@ -304,7 +320,7 @@ GB200 = Hardware(
 )
 
 GB300 = Hardware(
-    name="gb300", memory_bytes=277 * _GIB, memory_bw=8 * _TB,
+    name="gb300", efficiency=_GPU_EFFICIENCY, memory_bytes=277 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 80 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 15 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=100 * _GB, default_precision="fp4",
     price_per_hour=6.00,

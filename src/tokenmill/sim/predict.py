@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, replace
 
 from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
+from tokenmill.sim.cuda_graphs import without_cuda_graphs
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.host_path import HostPath
@@ -112,6 +113,13 @@ class Deployment:
     stream_interval: int = 1
     """A streaming sequence responds every this many decoding iterations (TensorRT-LLM's and vLLM's
     ``stream_interval``), besides its first and last token; no effect without ``host_stream_rate``."""
+    cuda_graphs: bool = True
+    """Steps replay as CUDA graphs where the profile's engine replays them (the published runs, our
+    engine's decode steps); False (``--no-cuda-graphs``): every step launches its kernels from the
+    host (sim/cuda_graphs.py)."""
+    eager_layer_s: float | None = None
+    """With ``cuda_graphs`` False: host seconds to launch one layer's kernels (``--eager-layer-ms``);
+    None: the profile's (``Efficiency.eager_layer_s``, or a calibrated profile's eager step)."""
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
@@ -257,6 +265,8 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
 def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     """The figures of one run: throughput, latency percentiles, cost, and the deployment."""
     blocks = check_deployment(arch, hw, d)
+    if not d.cuda_graphs:
+        hw = without_cuda_graphs(hw, arch.num_layers, d.eager_layer_s)
     kv_bytes = PRECISION_BYTES_KV[d.precision]
     scale = step_scale(d.kernels)
 
@@ -413,6 +423,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
                    "overlap_scheduler": d.overlap_scheduler, "kernels": d.kernels,
+                   "cuda_graphs": d.cuda_graphs,
+                   "eager_step_ms": None if d.cuda_graphs else hw.efficiency.eager_step_overhead_s * 1e3,
                    "host_stream_rate": d.host_stream_rate,
                    "stream_interval": d.stream_interval if d.host_stream_rate else None,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,

@@ -20,7 +20,9 @@ turn them on:
   (sim/kernels.py): off, every step at that generation's scale. This is how
   the table prices a software uplift between MLPerf rounds on one config;
 - a stream interval (``--stream-interval N`` with ``--host-stream-rate``,
-  sim/host_path.py): off, every sequence responds every step.
+  sim/host_path.py): off, every sequence responds every step;
+- CUDA graphs, when ``--baseline-eager`` asks (sim/cuda_graphs.py): off, every
+  step launches its kernels from the host.
 
 A variant that does not run (e.g. the weights do not fit a tensor-parallel
 replica) is reported with the reason instead of figures.
@@ -44,6 +46,7 @@ class Variant:
 
 KERNELS = "kernels"
 STREAM_INTERVAL = "stream interval"
+CUDA_GRAPHS = "CUDA graphs"
 
 
 def technique_label(technique: str, full: Deployment) -> str:
@@ -70,13 +73,18 @@ def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
         return replace(d, fused_allreduce=bool(full and full.fused_allreduce)), w
     if technique == STREAM_INTERVAL:
         return replace(d, stream_interval=full.stream_interval if full else 1), w
+    if technique == CUDA_GRAPHS:
+        return replace(d, cuda_graphs=full is not None), w
     raise ValueError(f"uplift: unknown technique {technique!r}")
 
 
-def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None) -> list[str]:
+def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None,
+               baseline_eager: bool = False) -> list[str]:
     """The techniques the full deployment uses, in table order (its kernels first, against an older
-    ``baseline_kernels`` generation)."""
+    ``baseline_kernels`` generation; CUDA graphs next, against an eager baseline)."""
     used = [KERNELS] if baseline_kernels else []
+    if baseline_eager and d.cuda_graphs:
+        used.append(CUDA_GRAPHS)
     if d.parallel.ep > 1 or d.parallel.attention_dp:
         used.append("expert parallel + attention DP")
     if d.mtp_depth:
@@ -93,13 +101,13 @@ def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None) 
 
 
 def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None,
-           baseline_kernels: str | None = None) -> list[Variant]:
+           baseline_kernels: str | None = None, baseline_eager: bool = False) -> list[Variant]:
     """Baseline, each technique alone, the full stack (when more than one technique)."""
-    used = techniques(full, workload, baseline_kernels)
+    used = techniques(full, workload, baseline_kernels, baseline_eager)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
                          "--mtp, --disagg, --cached-tokens, --fused-allreduce, --baseline-kernels, "
-                         "--stream-interval); turn some on")
+                         "--baseline-eager, --stream-interval); turn some on")
     base = (full, workload)
     for t in used:
         base = _switch(*base, t, None, baseline_kernels=baseline_kernels)
