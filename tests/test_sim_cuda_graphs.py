@@ -103,3 +103,19 @@ def test_cli_flags(capsys):
         cmd_sim(_args(*argv, "--uplift", "--baseline-eager", "--no-cuda-graphs"))
     with pytest.raises(ValueError, match="--eager-layer-ms: must be >= 0"):
         cmd_sim(_args(*argv, "--no-cuda-graphs", "--eager-layer-ms", "-1"))
+
+
+def test_mtp_draft_passes_launch_their_layer_eagerly():
+    from tokenmill.sim.mtp_module import draft_seconds
+
+    arch, hw = get_model("deepseek-r1"), get_hardware("gb300")
+    shape, parallel = StepShape(decode_contexts=(1024,)), Parallel(tp=8, ep=8)
+    graphs = draft_seconds(arch, shape, 3, parallel, "fp4", 1.0, hw)
+    eager = draft_seconds(arch, shape, 3, parallel, "fp4", 1.0, without_cuda_graphs(hw, arch.num_layers))
+    # Three passes of one layer each: each pass's launch (0.25 ms) overlaps its device work.
+    assert graphs < eager < graphs + 3 * EAGER_LAYER_S + 1e-12
+    assert eager > graphs + 3 * EAGER_LAYER_S * 0.5
+    # A calibrated profile's measured eager step is spread over the layers for the passes.
+    measured = replace(hw, efficiency=replace(hw.efficiency, eager_layer_s=None, eager_step_overhead_s=0.0314))
+    per_layer = without_cuda_graphs(measured, arch.num_layers).efficiency.eager_layer_s
+    assert per_layer == pytest.approx((0.0314 - hw.efficiency.step_overhead_s) / arch.num_layers)

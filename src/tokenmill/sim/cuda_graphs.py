@@ -13,7 +13,7 @@ The launches are priced per transformer layer (``Efficiency.eager_layer_s``: the
 profiles' ``EAGER_LAYER_S``, from published eager vs graph pairs; ``--eager-layer-ms`` to give
 another engine's). A calibrated GPU profile whose engine ran with graphs measured its eager
 steps directly (``eager_step_overhead_s``), and that measurement prices every step. The MTP
-module's draft passes (one layer each) are priced without launches.
+module's draft passes launch their one layer's kernels each (sim/mtp_module.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from tokenmill.sim.hardware import Hardware
 def without_cuda_graphs(hw: Hardware, num_layers: int, eager_layer_s: float | None = None) -> Hardware:
     """``hw`` running every step eagerly: each step pays ``step_overhead_s`` plus ``num_layers``
     layers' launches (``eager_layer_s``, default the profile's), or, for a calibrated profile,
-    its measured eager step. ValueError where the profile has no eager price (a CPU; a GPU
-    calibrated with graphs off, whose steps are eager already) and none is given."""
+    its measured eager step (its launches spread over the layers for ``eager_layer_s``).
+    ValueError where the profile has no eager price (a CPU; a GPU calibrated with graphs off,
+    whose steps are eager already) and none is given."""
     eff = hw.efficiency
     if eager_layer_s is not None and eager_layer_s < 0:
         raise ValueError(f"--eager-layer-ms: must be >= 0, got {eager_layer_s * 1e3:g}")
@@ -36,8 +37,9 @@ def without_cuda_graphs(hw: Hardware, num_layers: int, eager_layer_s: float | No
         eager = eff.step_overhead_s + num_layers * per_layer
     elif eff.eager_step_overhead_s is not None:
         eager = eff.eager_step_overhead_s
+        per_layer = max(eager - eff.step_overhead_s, 0.0) / num_layers
     else:
         raise ValueError(f"--no-cuda-graphs: the {hw.name} profile replays no CUDA graphs (a CPU, or a GPU "
                          "calibrated with them off), so its steps are priced eagerly already; give "
                          "--eager-layer-ms to price launches per layer")
-    return replace(hw, efficiency=replace(eff, eager_step_overhead_s=eager, graph_max_rows=0))
+    return replace(hw, efficiency=replace(eff, eager_step_overhead_s=eager, eager_layer_s=per_layer, graph_max_rows=0))

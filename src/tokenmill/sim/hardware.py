@@ -245,9 +245,10 @@ _HARNESS_VRAM = ("memory in GiB as NVIDIA's MLPerf harness states it, the rated 
                  "v6.0: vram 80 GiB H100 SXM, 141 GiB H200, 180 GiB B200, 186 GiB GB200, 277 GiB GB300; "
                  "nvidia-smi totals 81,559 / 143,771 / 183,359 / 189,471 / 284,208 MiB)")
 _TB = 1e12
-_GPU_EFFICIENCY = Efficiency(eager_layer_s=EAGER_LAYER_S)
 _T = 1e12  # TFLOP/s
 _P = 1e15  # PFLOP/s
+_GPU_EFFICIENCY = Efficiency(eager_layer_s=EAGER_LAYER_S)
+"""The datasheet GPUs' factors: the defaults, and a price for launches without CUDA graphs."""
 
 _HOPPER_FLOPS = {"fp32": 66.9 * _T, "bf16": 989.4 * _T, "fp8": 1978.9 * _T}
 _HOPPER_SOURCES = (

@@ -13,9 +13,10 @@ N drafts runs it N times per decode step, one pass after another, as TensorRT-LL
 
 Each pass is priced as a one-layer model (``module_shape``) by the same cost model
 as the main step (cost.py ``shape_step_cost``), communication included; the step's
-host overhead is paid once. Pass 1 also computes logits for every row it takes,
-where one per sequence is needed: at most ``1 + N`` LM-head rows per sequence,
-an overcount kept for simplicity.
+host overhead is paid once. Without CUDA graphs (sim/cuda_graphs.py) each pass also launches
+its layer's kernels, overlapping its device work as a step's launches do. Pass 1 also
+computes logits for every row it takes, where one per sequence is needed: at most ``1 + N``
+LM-head rows per sequence, an overcount kept for simplicity.
 
 Models without an MTP module (the Llama family, gpt-oss, a DeepSeek config with
 ``num_nextn_predict_layers`` 0) get drafts for free: ``--mtp`` there stands for a
@@ -24,6 +25,7 @@ drafter whose cost is not modelled (n-gram lookup runs on the host).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from functools import lru_cache
 
@@ -64,10 +66,16 @@ def draft_seconds(arch: ArchInfo, shape: StepShape, depth: int, parallel: Parall
         return 0.0
     module = module_shape(model_shape(arch))
 
+    eff = hardware.efficiency
+
     def forward(s: StepShape) -> float:
-        t = step_time(shape_step_cost(module, s, parallel, precision, kv_dtype_bytes), hardware, precision,
-                      fused_allreduce)
-        return t.total_s - t.overhead_s
+        cost = shape_step_cost(module, s, parallel, precision, kv_dtype_bytes)
+        t = step_time(cost, hardware, precision, fused_allreduce)
+        device = t.total_s - t.overhead_s
+        if eff.eager_layer_s and eff.eager_step_overhead_s is not None and not eff.replays(cost):
+            launch = module.num_layers * eff.eager_layer_s  # the pass launched eagerly (--no-cuda-graphs)
+            return math.hypot(device, launch) if hardware.overlap else device + launch
+        return device
 
     first = forward(shape)
     return first if depth == 1 else first + (depth - 1) * forward(later_pass(shape))
