@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from dataclasses import replace
 
 import pytest
+from _sim_cli import sim_args
 
 from tokenmill.sim.cli import cmd_sim
-from tokenmill.sim.cli_args import add_sim_args
 from tokenmill.sim.cost import Parallel, step_cost, step_time
 from tokenmill.sim.cuda_graphs import without_cuda_graphs
 from tokenmill.sim.hardware import EAGER_LAYER_S, Efficiency, Hardware, get_hardware
@@ -79,30 +78,24 @@ def test_predict_and_uplift_price_the_graphs():
     assert variants[1].figures["tokens_per_s_per_gpu"] == pytest.approx(graphs["tokens_per_s_per_gpu"])
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_sim_args(parser)
-    return parser.parse_args(list(argv))
-
-
 def test_cli_flags(capsys):
     argv = ("--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "singlestream", "--isl", "128", "--osl", "16",
             "--num-requests", "4")
-    assert cmd_sim(_args(*argv, "--no-cuda-graphs", "--eager-layer-ms", "0.5", "--json")) == 0
+    assert cmd_sim(sim_args(*argv, "--no-cuda-graphs", "--eager-layer-ms", "0.5", "--json")) == 0
     config = json.loads(capsys.readouterr().out)["config"]
     assert config["cuda_graphs"] is False and config["eager_step_ms"] == pytest.approx(0.4 + 32 * 0.5)
-    assert cmd_sim(_args(*argv, "--no-cuda-graphs")) == 0
+    assert cmd_sim(sim_args(*argv, "--no-cuda-graphs")) == 0
     assert "no CUDA graphs (8.4 ms of host work an eager step)" in capsys.readouterr().out
-    assert cmd_sim(_args(*argv, "--uplift", "--baseline-eager")) == 0
+    assert cmd_sim(sim_args(*argv, "--uplift", "--baseline-eager")) == 0
     assert "| + CUDA graphs |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--eager-layer-ms: only with --no-cuda-graphs or --baseline-eager"):
-        cmd_sim(_args(*argv, "--eager-layer-ms", "0.5"))
+        cmd_sim(sim_args(*argv, "--eager-layer-ms", "0.5"))
     with pytest.raises(ValueError, match="--baseline-eager: only with --uplift"):
-        cmd_sim(_args(*argv, "--baseline-eager"))
+        cmd_sim(sim_args(*argv, "--baseline-eager"))
     with pytest.raises(ValueError, match="--baseline-eager and --no-cuda-graphs: pick one"):
-        cmd_sim(_args(*argv, "--uplift", "--baseline-eager", "--no-cuda-graphs"))
+        cmd_sim(sim_args(*argv, "--uplift", "--baseline-eager", "--no-cuda-graphs"))
     with pytest.raises(ValueError, match="--eager-layer-ms: must be >= 0"):
-        cmd_sim(_args(*argv, "--no-cuda-graphs", "--eager-layer-ms", "-1"))
+        cmd_sim(sim_args(*argv, "--no-cuda-graphs", "--eager-layer-ms", "-1"))
 
 
 def test_mtp_draft_passes_launch_their_layer_eagerly():

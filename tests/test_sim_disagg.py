@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 import pytest
+from _sim_cli import sim_args
 
 from tokenmill.sim.cli import cmd_sim, parse_disagg
-from tokenmill.sim.cli_args import add_sim_args
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import get_hardware
@@ -82,14 +81,8 @@ def test_kv_transfer_time_slows_handoff():
     assert far["tpot_ms"]["p50"] > near["tpot_ms"]["p50"]
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_sim_args(parser)
-    return parser.parse_args(list(argv))
-
-
 def test_cli_disagg_flags(capsys):
-    assert cmd_sim(_args("--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "offline", "--isl", "256",
+    assert cmd_sim(sim_args("--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "offline", "--isl", "256",
                          "--osl", "32", "--num-requests", "50", "--disagg", "1:2")) == 0
     assert "disaggregated: 1 prefill + 2 decode" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--disagg: expected P:D"):
@@ -97,7 +90,7 @@ def test_cli_disagg_flags(capsys):
     with pytest.raises(ValueError, match="--disagg: .*>= 1 prefill"):
         parse_disagg("0:4")
     with pytest.raises(ValueError, match="--num-gpus: 5 GPUs, but --disagg 1:3"):
-        cmd_sim(_args("--model", "llama3.1-8b", "--disagg", "1:3", "--num-gpus", "5"))
+        cmd_sim(sim_args("--model", "llama3.1-8b", "--disagg", "1:3", "--num-gpus", "5"))
 
 
 def test_pool_splits_cover_shares_and_aggregated():
@@ -120,7 +113,7 @@ def test_search_with_splits_tries_disaggregated_candidates():
     assert {c.disagg for c in found} == {None, PoolSplit(1, 1)}
     assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
     with pytest.raises(ValueError, match="--disagg auto: only with --search"):
-        cmd_sim(_args("--model", "llama3.1-8b", "--disagg", "auto"))
+        cmd_sim(sim_args("--model", "llama3.1-8b", "--disagg", "auto"))
 
 
 def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypatch):
@@ -174,7 +167,7 @@ def test_decode_replicas_of_their_own_layout():
 
 
 def test_cli_decode_pool_flags(capsys):
-    assert cmd_sim(_args("--model", "llama3.1-8b", "--scenario", "server", "--isl", "512", "--osl", "32",
+    assert cmd_sim(sim_args("--model", "llama3.1-8b", "--scenario", "server", "--isl", "512", "--osl", "32",
                          "--num-requests", "30", "--target-qps", "2", "--disagg", "2:1", "--decode-tp", "2",
                          "--decode-max-num-seqs", "16", "--json")) == 0
     f = json.loads(capsys.readouterr().out)
@@ -184,4 +177,4 @@ def test_cli_decode_pool_flags(capsys):
                           (("--disagg", "1:1", "--decode-max-num-seqs", "8", "--search"), "no --search"),
                           (("--disagg", "1:1", "--decode-ep", "3", "--decode-tp", "2"), "--decode-tp/--decode-ep")]:
         with pytest.raises(ValueError, match=message):
-            cmd_sim(_args("--model", "llama3.1-8b", *argv))
+            cmd_sim(sim_args("--model", "llama3.1-8b", *argv))

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
+from _sim_cli import sim_args
 
 from tokenmill.sim.cli import cmd_sim
-from tokenmill.sim.cli_args import add_sim_args
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import get_hardware
@@ -55,20 +53,14 @@ def test_table_reports_a_variant_that_does_not_run():
     assert "| + disaggregation | does not run: --num-gpus: 5 GPUs |" in text
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_sim_args(parser)
-    return parser.parse_args(list(argv))
-
-
 def test_cli_uplift(capsys):
     argv = ("--model", "llama3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "32", "--num-requests", "40",
             "--max-num-seqs", "16", "--disagg", "1:1", "--uplift")
-    assert cmd_sim(_args(*argv)) == 0
+    assert cmd_sim(sim_args(*argv)) == 0
     out = capsys.readouterr().out
     assert "| baseline |" in out and "| + disaggregation |" in out
     with pytest.raises(ValueError, match="--uplift and --search"):
-        cmd_sim(_args(*argv, "--search"))
+        cmd_sim(sim_args(*argv, "--search"))
 
 
 def test_fused_allreduce_alone_speeds_up_a_tensor_parallel_prefill():
@@ -99,13 +91,13 @@ def test_older_kernels_as_the_baseline_price_the_software_uplift():
 def test_cli_kernel_flags(capsys):
     argv = ("--model", "deepseek-r1", "--hardware", "gb300", "--num-gpus", "8", "--tp", "8", "--ep", "8",
             "--attention-dp", "--isl", "512", "--osl", "64", "--num-requests", "64", "--max-num-seqs", "64")
-    assert cmd_sim(_args(*argv, "--kernels", "v5.1", "--json")) == 0
+    assert cmd_sim(sim_args(*argv, "--kernels", "v5.1", "--json")) == 0
     assert '"kernels": "v5.1"' in capsys.readouterr().out
-    assert cmd_sim(_args(*argv, "--uplift", "--baseline-kernels", "v5.1")) == 0
+    assert cmd_sim(sim_args(*argv, "--uplift", "--baseline-kernels", "v5.1")) == 0
     assert "| + v6.0 kernels |" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--baseline-kernels: only with --uplift"):
-        cmd_sim(_args(*argv, "--baseline-kernels", "v5.1"))
+        cmd_sim(sim_args(*argv, "--baseline-kernels", "v5.1"))
     with pytest.raises(ValueError, match="--baseline-kernels v6.0: not older than --kernels v5.1"):
-        cmd_sim(_args(*argv, "--kernels", "v5.1", "--uplift", "--baseline-kernels", "v6.0"))
+        cmd_sim(sim_args(*argv, "--kernels", "v5.1", "--uplift", "--baseline-kernels", "v6.0"))
     with pytest.raises(ValueError, match="--kernels v5.1: a TensorRT-LLM kernel generation"):
-        cmd_sim(_args("--hardware", "this-machine", "--kernels", "v5.1"))
+        cmd_sim(sim_args("--hardware", "this-machine", "--kernels", "v5.1"))
