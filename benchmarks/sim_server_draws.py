@@ -4,17 +4,23 @@ A Server run's p99 TTFT over a few hundred queries is the third-highest or so of
 with the arrival draw. `tokenmill sim --scenario server` prices one draw (seed 0); this script
 prices ``--seeds`` of them on the same deployment and prints each draw's p99, their median and 5th
 / 95th percentiles, and, with ``--measured``, where a measured `tokenmill bench --scenario server`
-run's p99 falls among them (its arrival rate as measured, LoadGen's realised QPS):
+run's p99 falls among them (its arrival rate as measured, LoadGen's realised QPS). With ``--samples N``
+each query draws one of N samples at random, as LoadGen draws a Server query from the performance
+sample set, and a sample drawn before finds its prompt in the prefix cache (as ``--replay`` prices a
+measured run's repeats):
 
     python -m benchmarks.sim_server_draws --hardware this-machine --model smollm2-135m --precision bf16 \\
         --max-num-seqs 128 --max-num-batched-tokens 1024 --isl 128 --osl 128 --num-requests 240 \\
-        --measured results/sim-own-xeon-s33/server/server-tokenmill-engine/results.json
+        --measured results/sim-own-xeon-s33/server/server-tokenmill-engine/results.json --samples 256
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from dataclasses import replace
+
+import numpy as np
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import get_hardware
@@ -22,6 +28,16 @@ from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.replay import load_trace
 from tokenmill.sim.scenarios import server_requests
+
+
+def with_repeats(draw: list, samples: int, seed: int) -> list:
+    """``draw`` with each query a uniform pick of ``samples``: a sample picked before arrives cached."""
+    picks = np.random.default_rng([seed, 2]).integers(samples, size=len(draw))
+    seen, out = set(), []
+    for request, pick in zip(draw, picks):
+        out.append(replace(request, cached_tokens=request.prompt_tokens) if pick in seen else request)
+        seen.add(pick)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,6 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--qps", type=float, default=None, help="arrival rate (default: the measured run's, else 1)")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--measured", default=None, metavar="RESULTS", help="a `tokenmill bench` server results.json")
+    ap.add_argument("--samples", type=int, default=None, metavar="N",
+                    help="queries draw one of N samples (the bench's --num-samples); repeats hit the prefix cache")
     args = ap.parse_args(argv)
     arch, hw = get_model(args.model), get_hardware(args.hardware)
     d = Deployment(1, Parallel(), args.precision or hw.default_precision, args.max_num_seqs,
@@ -49,12 +67,16 @@ def main(argv: list[str] | None = None) -> None:
         measured_p99 = trace.result.metrics.ttft_ms.p99
     p99 = []
     for seed in range(args.seeds):
-        draw = tuple(server_requests(qps, args.isl, args.osl, num_requests=args.num_requests, seed=seed))
+        draw = server_requests(qps, args.isl, args.osl, num_requests=args.num_requests, seed=seed)
+        if args.samples:
+            draw = with_repeats(draw, args.samples, seed)
+        draw = tuple(draw)
         figures = predict(arch, hw, d, Workload("server", args.isl, args.osl, num_requests=len(draw), requests=draw))
         p99.append(figures["ttft_ms"]["p99"])
         print(f"seed {seed:3d}: TTFT p99 {p99[-1]:8.1f} ms", flush=True)
     q = statistics.quantiles(p99, n=20)
-    print(f"\n{args.seeds} draws at {qps:.3f} QPS: TTFT p99 median {statistics.median(p99):.1f} ms, "
+    repeats = f", queries drawn from {args.samples} samples" if args.samples else ""
+    print(f"\n{args.seeds} draws at {qps:.3f} QPS{repeats}: TTFT p99 median {statistics.median(p99):.1f} ms, "
           f"5th-95th percentile {q[0]:.1f}-{q[-1]:.1f} ms, range {min(p99):.1f}-{max(p99):.1f} ms")
     if measured_p99 is not None:
         below = sum(v < measured_p99 for v in p99)
