@@ -6,8 +6,8 @@ prices ``--seeds`` of them on the same deployment and prints each draw's p99, th
 / 95th percentiles, and, with ``--measured``, where a measured `tokenmill bench --scenario server`
 run's p99 falls among them (its arrival rate as measured, LoadGen's realised QPS). With ``--samples N``
 each query draws one of N samples at random, as LoadGen draws a Server query from the performance
-sample set, and a sample drawn before finds its prompt in the prefix cache (as ``--replay`` prices a
-measured run's repeats):
+sample set, and a sample drawn before finds its prompt in the prefix cache (``tokenmill sim
+--num-samples``; scenarios.py ``with_sample_repeats``):
 
     python -m benchmarks.sim_server_draws --hardware this-machine --model smollm2-135m --precision bf16 \\
         --max-num-seqs 128 --max-num-batched-tokens 1024 --isl 128 --osl 128 --num-requests 240 \\
@@ -18,26 +18,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from dataclasses import replace
-
-import numpy as np
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.replay import load_trace
-from tokenmill.sim.scenarios import server_requests
-
-
-def with_repeats(draw: list, samples: int, seed: int) -> list:
-    """``draw`` with each query a uniform pick of ``samples``: a sample picked before arrives cached."""
-    picks = np.random.default_rng([seed, 2]).integers(samples, size=len(draw))
-    seen, out = set(), []
-    for request, pick in zip(draw, picks):
-        out.append(replace(request, cached_tokens=request.prompt_tokens) if pick in seen else request)
-        seen.add(pick)
-    return out
+from tokenmill.sim.scenarios import server_requests, with_sample_repeats
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -69,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in range(args.seeds):
         draw = server_requests(qps, args.isl, args.osl, num_requests=args.num_requests, seed=seed)
         if args.samples:
-            draw = with_repeats(draw, args.samples, seed)
+            draw = with_sample_repeats(draw, args.samples, seed)
         draw = tuple(draw)
         figures = predict(arch, hw, d, Workload("server", args.isl, args.osl, num_requests=len(draw), requests=draw))
         p99.append(figures["ttft_ms"]["p99"])

@@ -114,10 +114,13 @@ def _workload(args: argparse.Namespace, model: str):
     preset = args.preset or (model if model in PRESETS else "llama3.1-8b")
     if args.target_qps is not None and (args.scenario not in ("server", "interactive") or args.target_qps <= 0):
         raise ValueError("--target-qps: a positive QPS, with --scenario server or interactive")
+    if args.num_samples is not None and (args.scenario not in ("server", "interactive") or args.num_samples < 1):
+        raise ValueError("--num-samples: a positive count, with --scenario server or interactive (their queries draw "
+                         "from the sample set)")
     isl, osl, osl_max = _lengths(args)
     return Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
                     preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
-                    duration_s=_duration(args), min_queries=_min_queries(args))
+                    duration_s=_duration(args), min_queries=_min_queries(args), num_samples=args.num_samples)
 
 
 def _duration(args: argparse.Namespace) -> float | None:

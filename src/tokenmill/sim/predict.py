@@ -42,6 +42,7 @@ from tokenmill.sim.scenarios import (
     offline_requests,
     server_requests,
     single_stream,
+    with_sample_repeats,
 )
 from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, simulate
 from tokenmill.sim.shapes import StepShape
@@ -179,6 +180,10 @@ class Workload:
     Offline issues at least this many samples, Server / Interactive at least this many queries
     (then for longer than ``duration_s``). Published MLPerf runs set it far above the rules'
     minimum (sim/published.py ``_MLPERF_QUERIES``): their figures are long runs'."""
+    num_samples: int | None = None
+    """server / interactive: each query draws one of this many samples, as LoadGen draws from its
+    performance sample set (`tokenmill bench --num-samples`), and a sample drawn before finds its prompt
+    in the prefix cache (scenarios.py ``with_sample_repeats``); None: every query a new prompt."""
     qps_hint: float | None = None
     """server / interactive with ``duration_s``: the QPS (the whole deployment's) the peak
     search starts from, e.g. a neighbouring configuration's peak; None: the Offline request
@@ -353,9 +358,11 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
 
     def arrivals(q: float) -> list[SimRequest]:
         if w.duration_s is None:
-            return server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
-        return server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
-                               min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
+            drawn = server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
+        else:
+            drawn = server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
+                                    min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
+        return with_sample_repeats(drawn, w.num_samples) if w.num_samples else drawn
 
     if w.target_qps is not None:
         qps = w.target_qps / share
@@ -431,6 +438,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "disagg": _pools(d, decode_blocks),
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
+                   "num_samples": w.num_samples,
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,

@@ -59,6 +59,28 @@ def _requests(arrivals: Sequence[float], isl: Lengths, osl: Lengths, seed: int, 
     return [SimRequest(float(a), p, o, min(cached_tokens, p)) for a, p, o in zip(arrivals, prompts, outputs)]
 
 
+def with_sample_repeats(requests: Sequence[SimRequest], num_samples: int, seed: int = 0) -> list[SimRequest]:
+    """``requests`` with each query a uniform pick of ``num_samples`` samples, as LoadGen draws Server
+    queries from its performance sample set: a sample picked before comes back with the first pick's
+    lengths and its whole prompt in the prefix cache (the simulator keeps a prompt's last block
+    uncached); a new sample keeps its draw."""
+    if num_samples < 1:
+        raise ValueError(f"--num-samples: must be >= 1, got {num_samples}")
+    picks = np.random.default_rng([seed, 2]).integers(num_samples, size=len(requests))  # a stream of its own
+    first: dict[int, SimRequest] = {}
+    out = []
+    for request, pick in zip(requests, picks.tolist()):
+        if pick in first:
+            earlier = first[pick]
+            request = dataclasses.replace(request, prompt_tokens=earlier.prompt_tokens,
+                                          output_tokens=earlier.output_tokens,
+                                          cached_tokens=earlier.prompt_tokens)
+        else:
+            first[pick] = request
+        out.append(request)
+    return out
+
+
 def offline_requests(num_requests: int, isl: Lengths, osl: Lengths, seed: int = 0,
                      cached_tokens: int = 0) -> list[SimRequest]:
     """Offline: every query issued at t=0."""
