@@ -51,6 +51,8 @@ def test_cli_flag(capsys):
             "--isl", "512", "--osl", "32", "--num-requests", "60")
     assert cmd_sim(sim_args(*argv, "--num-samples", "16", "--json")) == 0
     assert json.loads(capsys.readouterr().out)["config"]["num_samples"] == 16
+    assert cmd_sim(sim_args(*argv, "--num-samples", "16")) == 0
+    assert "; queries drawn from 16 samples)" in capsys.readouterr().out
     with pytest.raises(ValueError, match="--num-samples: a positive count, with --scenario server or interactive"):
         cmd_sim(sim_args(*argv, "--num-samples", "0"))
     with pytest.raises(ValueError, match="--num-samples: a positive count, with --scenario server or interactive"):

@@ -323,6 +323,8 @@ def _table(f: dict) -> str:
         pools = (f"; disaggregated: {p['prefill_replicas']} prefill + {p['decode_replicas']} decode of tp {dec['tp']}, "
                  f"ep {dec['ep']}{', attention dp' if dec['attention_dp'] else ''}, max-num-seqs {dec['max_num_seqs']}")
     sched = "" if c.get("chunked_prefill", True) else "; whole prompts"
+    if c.get("num_samples"):
+        sched += f"; queries drawn from {c['num_samples']:,} samples"
     if c.get("cuda_graphs") is False:
         sched += f"; no CUDA graphs ({c['eager_step_ms']:.1f} ms of host work an eager step)"
     if c.get("adp_balance"):
