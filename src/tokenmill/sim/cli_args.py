@@ -31,6 +31,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "and TTFT at their own rates instead)")
     deployment = parser.add_argument_group("what to simulate")
     _add_deployment_args(deployment)
+    _add_uplift_args(deployment)
     _add_disagg_args(deployment)
     workload = parser.add_argument_group("workload and scheduler")
     _add_workload_args(workload)
@@ -102,6 +103,10 @@ def _add_deployment_args(g) -> None:
                         "memory the weights and the runtime's buffers leave free, where the default takes 90%% "
                         "of the whole device for weights + cache (vLLM's gpu_memory_utilization), or on "
                         "this-machine the engine's own cache")
+
+
+def _add_uplift_args(g) -> None:
+    """What each technique is worth: the uplift table and its baseline."""
     g.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
