@@ -16,19 +16,21 @@ from tokenmill.sim.scenarios import server_requests, with_sample_repeats
 
 
 def test_a_repeated_sample_comes_back_cached_with_its_first_lengths():
-    drawn = server_requests(1.0, [100, 200, 300, 400], [10, 20], num_requests=240, seed=3)
+    # Prompt lengths all but surely distinct, so a repeat's lengths name the earlier query they came from.
+    drawn = server_requests(1.0, lambda rng: int(rng.integers(1, 10**9)), [10, 20], num_requests=240, seed=3)
     repeated = with_sample_repeats(drawn, 256, seed=3)
     assert [r.arrival_s for r in repeated] == [r.arrival_s for r in drawn]
     cached = [r for r in repeated if r.cached_tokens]
     # 240 uniform picks of 256 samples: about 240 - 256 (1 - (255/256)^240) = 84 repeats.
     assert 60 <= len(cached) <= 110
     assert all(r.cached_tokens == r.prompt_tokens for r in cached)
-    first = {}
+    earlier = set()
     for r, d in zip(repeated, drawn):
-        if not r.cached_tokens:
+        if r.cached_tokens:  # a repeat: an earlier new sample's lengths, not its own draw
+            assert (r.prompt_tokens, r.output_tokens) in earlier and r.prompt_tokens != d.prompt_tokens
+        else:
             assert r == d  # a new sample keeps its own draw
-            first.setdefault((r.prompt_tokens, r.output_tokens), r)
-    assert all((r.prompt_tokens, r.output_tokens) in first for r in cached)
+            earlier.add((r.prompt_tokens, r.output_tokens))
     assert with_sample_repeats(drawn, 256, seed=3) == repeated  # seeded
     assert not any(r.cached_tokens for r in with_sample_repeats(drawn[:1], 1))
     assert all(r.cached_tokens for r in with_sample_repeats(drawn, 1)[1:])  # one sample: every later query repeats it
