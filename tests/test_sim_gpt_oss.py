@@ -1,6 +1,7 @@
 """gpt-oss-120b in the simulator (sim/models.py ``GptOssArch``, sim/cost.py): parameter
 counts against the model card, the sliding-window layers' attention and KV, the MXFP4
-experts' bytes, and one run of ``tokenmill sim``. Pure arithmetic: no model is loaded."""
+experts' bytes and what their GEMMs compute in, a KV cache apart from the weights, the published
+rows' recipe, and runs of ``tokenmill sim``. Pure arithmetic: no model is loaded."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ from dataclasses import replace
 import pytest
 
 from tokenmill.cli import main
-from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
+from tokenmill.sim import validate
+from tokenmill.sim.cost import (
+    Parallel,
+    expert_compute_precision,
+    kv_bytes_per_token,
+    step_cost,
+    step_time,
+    weight_bytes,
+)
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import GptOssArch, get_model, model_shape
+from tokenmill.sim.predict import Deployment, kv_blocks
+from tokenmill.sim.published import RESULTS
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 
 OSS = get_model("gpt-oss-120b")
@@ -97,3 +108,54 @@ def test_cli_runs_gpt_oss_120b_on_one_h100(capsys):
     f = json.loads(capsys.readouterr().out)
     assert f["tokens_per_s"] > 0 and f["tpot_ms"]["p50"] > 0
     assert f["config"]["precision"] == "fp8" and f["config"]["kv_blocks_per_replica"] > 0
+
+
+def test_mxfp4_experts_compute_in_bf16_on_hopper_and_fp8_on_blackwell():
+    # TensorRT-LLM's gpt-oss support matrix: bf16 activations on Hopper (W4A16), MXFP8 on Blackwell.
+    h200, b200 = get_hardware("h200"), get_hardware("b200")
+    assert expert_compute_precision("mxfp4", h200, "fp8") == "bf16"
+    assert expert_compute_precision("mxfp4", b200, "fp4") == "fp8"
+    assert expert_compute_precision(None, b200, "fp4") == "fp4"  # experts that follow the deployment
+    prompt = StepShape(prefills=(PrefillChunk(4096, 0),))
+    cost = step_cost(OSS, prompt, Parallel(), "fp8", 1)
+    s = model_shape(OSS)
+    assert cost.expert_format == "mxfp4"
+    assert cost.expert_gemm_flops == 2 * 4096 * 36 * 4 * s.expert_params
+    # The step's compute: the experts' FLOPs at the bf16 rate, the rest at FP8's, attention at FP8's.
+    eff = h200.efficiency
+
+    def rate(p):
+        return h200.flops[p] * eff.gemm_for(p)
+    expected = ((cost.gemm_flops - cost.expert_gemm_flops) / rate("fp8") + cost.expert_gemm_flops / rate("bf16")
+                + cost.attention_flops / (h200.flops["fp8"] * eff.attention_for("fp8")))
+    assert step_time(cost, h200, "fp8").compute_s == pytest.approx(expected, rel=1e-12)
+    # A model whose experts follow the deployment prices every GEMM at its precision, as before.
+    llama = step_cost(get_model("llama3.1-8b"), prompt, Parallel(), "fp8", 1)
+    assert llama.expert_format is None and llama.expert_gemm_flops == 0
+
+
+def test_kv_cache_dtype_apart_from_the_weights(capsys):
+    h200 = get_hardware("h200")
+    bf16, fp8_cache = (Deployment(1, Parallel(), "bf16", kv_cache_dtype=kv) for kv in ("auto", "fp8"))
+    assert bf16.kv_dtype_bytes == 2 and fp8_cache.kv_dtype_bytes == 1
+    assert Deployment(1, Parallel(), "fp8").kv_dtype_bytes == 1  # auto follows the precision
+    # The same weights, a cache of half the bytes per token: twice the blocks.
+    assert kv_blocks(OSS, h200, fp8_cache, Parallel()) == pytest.approx(2 * kv_blocks(OSS, h200, bf16, Parallel()),
+                                                                        abs=1)
+    assert main(["sim", "--model", "gpt-oss-120b", "--hardware", "h200", "--precision", "bf16", "--kv-cache-dtype",
+                 "fp8", "--isl", "128", "--osl", "16", "--num-requests", "20", "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["config"]["precision"] == "bf16" and f["config"]["kv_cache_dtype"] == "fp8"
+
+
+def test_published_gpt_oss_rows_run_their_recipe(monkeypatch):
+    # The page's recipe: bf16 weights outside the experts; KV cache FP8 on Blackwell, "auto" (bf16) on Hopper.
+    seen = []
+    monkeypatch.setattr(validate, "predict", lambda arch, hw, d, w: seen.append(d) or {"tokens_per_s_per_gpu": 1.0})
+    rows = [r for r in RESULTS if r.model == "gpt-oss-120b" and r.dataset is None]
+    assert {(r.hardware, r.kv_cache_dtype) for r in rows} == {("b200", "fp8"), ("gb200", "fp8"), ("h200", "bf16"),
+                                                             ("h100", "bf16")}
+    for row in rows:
+        seen.clear()
+        validate.check_row(row, 10, seq_choices=(1,))
+        assert seen and {(d.precision, d.kv_cache_dtype) for d in seen} == {("bf16", row.kv_cache_dtype)}

@@ -85,7 +85,7 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
                       overlap_scheduler=args.overlap_scheduler,
                       chunked_prefill=args.chunked_prefill, adp_balance=parse_adp_balance(args), disagg=split,
                       kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
-                      kernels=kernels, host_stream_rate=args.host_stream_rate,
+                      kv_cache_dtype=args.kv_cache_dtype, kernels=kernels, host_stream_rate=args.host_stream_rate,
                       stream_interval=args.stream_interval, cuda_graphs=args.cuda_graphs,
                       eager_layer_s=_eager_layer_s(args))
 

@@ -16,6 +16,8 @@ MODEL_NAMES = ("llama3.1-8b", "llama3.3-70b", "llama3.1-405b", "llama2-70b", "de
 DEFAULT_NUM_REQUESTS = 2000
 ROUTER_NAMES = ("kv", "least-loaded", "round-robin", "random")
 """sim/routed.py's ROUTER_POLICIES (a test keeps them equal)."""
+KV_CACHE_DTYPES = ("auto", "bf16", "fp8")
+"""--kv-cache-dtype's choices (sim/predict.py ``Deployment.kv_cache_dtype``)."""
 DATASET_NAMES = ("deepseek-r1", "llama3.1-405b", "llama3.1-8b", "llama2-70b")
 """sim/mlperf_lengths.py's DATASET_DISTRIBUTIONS (a test keeps them equal)."""
 
@@ -95,6 +97,9 @@ def _add_deployment_args(g) -> None:
                    help="with --no-cuda-graphs or --baseline-eager: host milliseconds to launch one layer's kernels "
                         "(default: the profile's, 0.25 on the GPU profiles, from published eager vs graph pairs; our "
                         "engine measured ~1.0 on an H200; a calibrated GPU profile prices its eager steps as measured)")
+    g.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES,
+                   help="the KV cache's values (vLLM's flag): auto (default) FP8 with FP8 or FP4 weights, else the "
+                        "weights' dtype; bf16 or fp8 whatever the weights (an FP8 cache computes attention in FP8)")
     g.add_argument("--kv-cache-memory-gib", type=float, default=None, metavar="GIB",
                    help="KV cache per device (default: this-machine's engine default, 1 GiB on a CPU, as "
                         "`tokenmill serve`; on the GPU profiles what 90%% of memory leaves after the weights)")

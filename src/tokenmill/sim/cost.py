@@ -44,8 +44,8 @@ EXPERT_FORMAT_BYTES = {"mxfp4": 0.5 + 1.0 / 32}
 and engines serve as is (``ModelShape.expert_precision``), whatever the deployment's
 precision. MXFP4 (OCP Microscaling): 4-bit E2M1 values plus one 8-bit (E8M0) scale
 per 32 values, 4.25 bits (gpt-oss model card, sec. 2.1); the experts' biases, kept
-in bf16 by the checkpoint, are counted alike (0.03% of the experts). Their GEMMs
-still run at the deployment's precision (an engine dequantizes the weights into them)."""
+in bf16 by the checkpoint, are counted alike (0.03% of the experts). What their GEMMs
+compute in: ``expert_compute_precision``."""
 EXPERT_LOAD_CV = 1.68
 """Spread of the tokens routed to each expert, set so that ``ep_imbalance`` gives the one
 published figure: DeepSeek-R1 on 32 GB200 GPUs, EP32 without expert load balancing, the
@@ -128,6 +128,11 @@ class StepCost:
     whether our engine replays the step as a CUDA graph (``Efficiency.graph_max_rows``)."""
     expert_weight_bytes: float = 0.0
     """Of ``weight_bytes``, the routed experts': streamed at ``Efficiency.expert_stream``."""
+    expert_gemm_flops: float = 0.0
+    """Of ``gemm_flops``, the routed experts' (this device's EP rank's share)."""
+    expert_format: str | None = None
+    """The routed experts' checkpoint format where the model keeps one (``ModelShape.expert_precision``):
+    their GEMMs then compute as ``expert_compute_precision`` says, not at the deployment's precision."""
     attention_precision: str = "bf16"
     """What attention computes in: 'fp8' over an FP8 KV cache (Q quantized too, FP8
     MMA), else 'bf16' (``step_time`` falls back to bf16 where the device has no FP8)."""
@@ -275,12 +280,12 @@ def _window_rows(shape: StepShape, full: _Rows, window: int) -> _Rows:
                    prefix_tokens=prefix, kv_read_tokens=int(np.minimum(contexts, window).sum()) + prefix)
 
 
-def _flops(s: ModelShape, r: _Rows, window: _Rows, p: Parallel) -> tuple[float, float]:
-    """(gemm, attention) FLOPs per device (the busiest EP rank's expert share);
-    ``window``: the counts of the sliding-window layers."""
+def _flops(s: ModelShape, r: _Rows, window: _Rows, p: Parallel) -> tuple[float, float, float]:
+    """(gemm, attention, of gemm the routed experts') FLOPs per device (the busiest EP rank's
+    expert share); ``window``: the counts of the sliding-window layers."""
     moe, devices = s.num_moe_layers, p.devices
-    per_row = (s.dense_params + moe * s.router_params
-               + moe * s.top_k * s.expert_params * ep_imbalance(p.ep, s.num_experts))
+    expert_per_row = moe * s.top_k * s.expert_params * ep_imbalance(p.ep, s.num_experts)
+    per_row = s.dense_params + moe * s.router_params + expert_per_row
     gemm = 2.0 * (r.rows * per_row + r.logit_rows * s.lm_head_params)
 
     def per_layer(c: _Rows) -> int:
@@ -288,7 +293,20 @@ def _flops(s: ModelShape, r: _Rows, window: _Rows, p: Parallel) -> tuple[float, 
                 + c.prefix_tokens * s.prefix_flops_per_token)
 
     attn = (s.num_layers - s.num_sliding_layers) * per_layer(r) + s.num_sliding_layers * per_layer(window)
-    return gemm / devices, attn / devices
+    return gemm / devices, attn / devices, 2.0 * r.rows * expert_per_row / devices
+
+
+def expert_compute_precision(expert_format: str | None, hardware: Hardware, precision: str) -> str:
+    """What the routed experts' GEMMs compute in. Experts kept in MXFP4 (gpt-oss) meet
+    activations quantized to MXFP8 on a device with FP4 tensor cores (Blackwell: an FP8 x FP4
+    MMA, priced at the FP8 rate) and in bf16 elsewhere (Hopper: the kernel upcasts the weights,
+    W4A16), whatever the deployment's precision: the support matrix of TensorRT-LLM's gpt-oss
+    example (examples/models/core/gpt_oss/README.md: "bf16 (Hopper) or mxfp8 (Blackwell)").
+    Other experts compute at the deployment's precision; so does a device with neither rate."""
+    if expert_format == "mxfp4":
+        wanted = "fp8" if "fp4" in hardware.flops else "bf16"
+        return wanted if wanted in hardware.flops else precision
+    return precision
 
 
 def _weight_read(s: ModelShape, r: _Rows, p: Parallel, bpp: float) -> tuple[float, float]:
@@ -353,7 +371,7 @@ def shape_step_cost(s: ModelShape, shape: StepShape, parallel: Parallel, precisi
     next-token-prediction module's pass as a one-layer model)."""
     bpp, r, p = _bytes_per_param(precision), _rows(shape), parallel
     window = _window_rows(shape, r, s.sliding_window) if s.num_sliding_layers else r
-    gemm, attn = _flops(s, r, window, p)
+    gemm, attn, expert_gemm = _flops(s, r, window, p)
     # KV bytes per token of the full layers and of the sliding-window ones (which still
     # write every new token, into the window they keep).
     full_layers = s.num_layers - s.num_sliding_layers
@@ -362,7 +380,7 @@ def shape_step_cost(s: ModelShape, shape: StepShape, parallel: Parallel, precisi
     ar, a2a, calls = _comm(s, r, p, precision)
     non_expert, experts = _weight_read(s, r, p, bpp)
     return StepCost(gemm_flops=gemm, attention_flops=attn, weight_bytes=non_expert + experts,
-                    expert_weight_bytes=experts,
+                    expert_weight_bytes=experts, expert_gemm_flops=expert_gemm, expert_format=s.expert_precision,
                     kv_read_bytes=kv_token * r.kv_read_tokens + kv_window * window.kv_read_tokens,
                     kv_write_bytes=(kv_token + kv_window) * r.rows,
                     activation_bytes=_activations(s, r, p.devices), allreduce_bytes=ar, alltoall_bytes=a2a,
@@ -395,7 +413,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     costs its launches and a large one little more than its device time.
     Routed experts' weights stream at ``eff.expert_stream`` of HBM (grouped GEMMs of a few
     rows per expert read far below the rate dense layers reach), the rest at ``eff.memory``.
-    GEMMs run at ``precision``; attention at ``cost.attention_precision`` where the
+    GEMMs run at ``precision``, the routed experts' at ``expert_compute_precision`` where the
+    model keeps its experts' own format; attention at ``cost.attention_precision`` where the
     device has it (FP8 over an FP8 KV cache), else bf16. A replica larger than the
     NVLink domain communicates at scale-out bandwidth."""
     if precision not in hardware.flops:
@@ -404,8 +423,11 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     eff = hardware.efficiency
     attn = next((p for p in (cost.attention_precision, "bf16") if p in hardware.flops), precision)
     attn_rate = hardware.flops[attn] * eff.attention_for(attn)
-    compute = (cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision))
-               + cost.attention_flops / attn_rate)
+    compute = cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision)) + cost.attention_flops / attn_rate
+    expert_precision = expert_compute_precision(cost.expert_format, hardware, precision)
+    if expert_precision != precision:  # the experts' FLOPs at their own rate
+        compute += cost.expert_gemm_flops * (1 / (hardware.flops[expert_precision] * eff.gemm_for(expert_precision))
+                                             - 1 / (hardware.flops[precision] * eff.gemm_for(precision)))
     experts = cost.expert_weight_bytes / (eff.expert_stream or eff.memory)
     memory = (experts + (cost.memory_bytes - cost.expert_weight_bytes) / eff.memory) / hardware.memory_bw
     link = (hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw) * eff.comm

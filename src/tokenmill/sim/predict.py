@@ -83,6 +83,10 @@ class Deployment:
     ``gpu_memory_utilization`` and our engine size it. At 0.9 TensorRT-LLM's cache is the larger by a
     tenth of the weights less the runtime's buffers: with large weights per device much larger
     (DeepSeek-R1 FP8 on an H200 DEP8: 39.6 vs 33.0 GiB per device), with small ones a little smaller."""
+    kv_cache_dtype: str = "auto"
+    """The KV cache's values (``--kv-cache-dtype``): "auto" as ``PRECISION_BYTES_KV`` pairs it with the
+    precision; "bf16" or "fp8" whatever the weights (gpt-oss's published runs: bf16 weights outside
+    the experts, an FP8 cache on Blackwell and a bf16 one on Hopper). An FP8 cache computes attention in FP8."""
     mtp_depth: int = 0
     """Draft tokens verified per decode step (speculative decoding / MTP); a model with an MTP
     module pays its forward once per draft token in every step (sim/mtp_module.py)."""
@@ -124,6 +128,13 @@ class Deployment:
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
+
+    @property
+    def kv_dtype_bytes(self) -> float:
+        """Bytes per cached value."""
+        if self.kv_cache_dtype == "auto":
+            return PRECISION_BYTES_KV[self.precision]
+        return PRECISION_BYTES_KV[self.kv_cache_dtype]
 
     @property
     def replicas(self) -> int:
@@ -246,7 +257,7 @@ def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str 
             raise ValueError(f"--kv-cache-memory-gib: {cache / 2**30:.2f} GiB of KV cache per device and "
                              f"{weights / 1e9:.1f} GB of weights do not fit in {hw.name}'s memory")
         room = cache
-    per_token = kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], parallel)
+    per_token = kv_bytes_per_token(arch, d.kv_dtype_bytes, parallel)
     # Under attention DP each of the dp groups caches its own sequences: dp times one device's room.
     return int(room * parallel.dp / (per_token * d.block_size))
 
@@ -272,7 +283,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     blocks = check_deployment(arch, hw, d)
     if not d.cuda_graphs:
         hw = without_cuda_graphs(hw, arch.num_layers, d.eager_layer_s)
-    kv_bytes = PRECISION_BYTES_KV[d.precision]
+    kv_bytes = d.kv_dtype_bytes
     scale = step_scale(d.kernels)
 
     def step_seconds(parallel: Parallel):
@@ -387,7 +398,7 @@ def transfer_time(arch, hw: Hardware, d: Deployment):
     pools fit in one scale-up domain, else over the scale-out network, at the
     profile's communication efficiency, plus one collective latency; the larger
     shard of the two layouts sets the pace."""
-    per_token = max(kv_bytes_per_token(arch, PRECISION_BYTES_KV[d.precision], p)
+    per_token = max(kv_bytes_per_token(arch, d.kv_dtype_bytes, p)
                     for p in (d.parallel, d.decode_parallel))
     link = hw.interconnect_bw if d.num_gpus <= hw.scale_up_size else hw.scale_out_bw
     rate = link * hw.efficiency.comm
@@ -424,7 +435,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
         "qps": qps * share if qps is not None else None,
         "cost_per_million_tokens": cost,
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
-                   **asdict(d.parallel), "precision": d.precision, "max_num_seqs": d.max_num_seqs,
+                   **asdict(d.parallel), "precision": d.precision, "kv_cache_dtype": d.kv_cache_dtype,
+                   "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "kv_free_fraction": d.kv_free_fraction,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,

@@ -22,7 +22,7 @@ How rows were chosen:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tokenmill.sim.host_rates import held_out_rate
 from tokenmill.sim.published_harness import MLPERF_MAX_NUM_TOKENS, runs_overlap_scheduler
@@ -92,6 +92,8 @@ class PublishedResult:
     config's ``num_nextn_predict_layers`` and a published acceptance (``MTP3_TOKENS_PER_STEP``)."""
     kv_free_fraction: float = TRTLLM_BENCH_DEFAULT
     """TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` as the run set it (sim/published_kv.py)."""
+    kv_cache_dtype: str = "auto"
+    """The run's KV cache (``Deployment.kv_cache_dtype``) where its recipe sets one apart from its weights'."""
     kernels: str = "v6.0"
     """The kernel generation its steps are priced at (sim/kernels.py): "v5.1" for DeepSeek-R1's MLPerf
     v5.1 rows, the generation the scale was read for; the dense v5.1 rows keep the current one."""
@@ -297,6 +299,15 @@ def _trt(model: str, hw: str, n: int, prec: str, isl: int, osl: int, per_gpu: fl
                            requests)
 
 
+def _trt_gpt_oss(hw: str, n: int, isl: int, osl: int, per_gpu: float, parallel: str) -> PublishedResult:
+    """gpt-oss-120b as the page's recipe runs it: the checkpoint's bf16 outside the MXFP4 experts (their GEMMs:
+    cost.py ``expert_compute_precision``), KV cache ``dtype: fp8``, "Hopper: use auto" (bf16)."""
+    hopper = hw in ("h100", "h200")
+    row = _trt("gpt-oss-120b", hw, n, "bf16", isl, osl, per_gpu, parallel,
+               f"the page labels it {'FP8' if hopper else 'FP4'}; MoE backend {'TRITON' if hopper else 'CUTLASS'}")
+    return replace(row, kv_cache_dtype="bf16" if hopper else "fp8")
+
+
 def _trt_total(model: str, hw: str, n: int, prec: str, isl: int, osl: int, total: float,
                parallel: str) -> PublishedResult:
     return PublishedResult(model, hw, n, prec, "throughput", isl, osl, None, total / n, parallel, _TRT_OLD,
@@ -443,13 +454,13 @@ RESULTS: tuple[PublishedResult, ...] = (
     _trt("deepseek-r1", "gb200", 4, "fp4", 8192, 1024, 1192, "DEP4", "DeepSeek-R1-0528"),
     _trt("deepseek-r1", "h200", 8, "fp8", 1024, 1024, 1620, "DEP8", "DeepSeek-R1-0528"),
     _trt("deepseek-r1", "h200", 8, "fp8", 1024, 8192, 1218, "DEP8", "DeepSeek-R1-0528"),
-    _trt("gpt-oss-120b", "b200", 2, "fp4", 1024, 1024, 25870, "DEP2"),
-    _trt("gpt-oss-120b", "b200", 2, "fp4", 8192, 1024, 6111, "DEP2"),
-    _trt("gpt-oss-120b", "gb200", 1, "fp4", 1024, 1024, 26609, "TP1"),
-    _trt("gpt-oss-120b", "h200", 1, "fp8", 1024, 1024, 6798, "TP1", "the table labels Hopper runs FP8"),
-    _trt("gpt-oss-120b", "h200", 1, "fp8", 8192, 1024, 1828, "TP1", "the table labels Hopper runs FP8"),
-    _trt("gpt-oss-120b", "h100", 4, "fp8", 1024, 1024, 4715, "DEP4", "the table labels Hopper runs FP8"),
-    _trt("gpt-oss-120b", "h100", 4, "fp8", 8192, 1024, 1169, "DEP4", "the table labels Hopper runs FP8"),
+    _trt_gpt_oss("b200", 2, 1024, 1024, 25870, "DEP2"),
+    _trt_gpt_oss("b200", 2, 8192, 1024, 6111, "DEP2"),
+    _trt_gpt_oss("gb200", 1, 1024, 1024, 26609, "TP1"),
+    _trt_gpt_oss("h200", 1, 1024, 1024, 6798, "TP1"),
+    _trt_gpt_oss("h200", 1, 8192, 1024, 1828, "TP1"),
+    _trt_gpt_oss("h100", 4, 1024, 1024, 4715, "DEP4"),
+    _trt_gpt_oss("h100", 4, 8192, 1024, 1169, "DEP4"),
     _trt("llama3.3-70b", "b200", 1, "fp4", 1024, 1024, 6842, "TP1"),
     _trt("llama3.3-70b", "b200", 1, "fp4", 1024, 8192, 3242, "TP1"),
     _trt("llama3.3-70b", "b200", 1, "fp4", 8192, 1024, 1362, "TP1"),

@@ -163,6 +163,7 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
                                                    chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                                                    overlap_scheduler=row.overlap_scheduler,
                                                    kv_free_fraction=row.kv_free_fraction, kernels=row.kernels,
+                                                   kv_cache_dtype=row.kv_cache_dtype,
                                                    mtp_depth=mtp_depth, mtp_tokens_per_step=mtp_tokens), hardware_for)
     if given and row.num_gpus % given.devices:
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
@@ -209,7 +210,8 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
         base = Deployment(row.num_gpus, parallel, row.precision, fused_allreduce=row.fused_allreduce, router=row.router,
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                           overlap_scheduler=row.overlap_scheduler, kv_free_fraction=row.kv_free_fraction,
-                          kernels=row.kernels, host_stream_rate=row.host_stream_rate,
+                          kernels=row.kernels, kv_cache_dtype=row.kv_cache_dtype,
+                          host_stream_rate=row.host_stream_rate,
                           stream_interval=row.stream_interval,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
