@@ -85,6 +85,11 @@ def test_cli_disagg_flags(capsys):
     assert cmd_sim(sim_args("--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "offline", "--isl", "256",
                          "--osl", "32", "--num-requests", "50", "--disagg", "1:2")) == 0
     assert "disaggregated: 1 prefill + 2 decode" in capsys.readouterr().out
+    # --no-disagg (the switch) after --disagg: aggregated replicas again.
+    assert cmd_sim(sim_args("--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "offline", "--isl", "256",
+                         "--osl", "32", "--num-requests", "50", "--disagg", "1:2", "--no-disagg", "--json")) == 0
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert config["disagg"] is None and config["replicas"] == 1
     with pytest.raises(ValueError, match="--disagg: expected P:D"):
         parse_disagg("3")
     with pytest.raises(ValueError, match="--disagg: .*>= 1 prefill"):

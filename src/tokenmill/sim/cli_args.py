@@ -133,6 +133,9 @@ def _add_disagg_args(g) -> None:
                         "(the decode ones of --decode-* where given; KV moved between them over NVLink inside one "
                         "scale-up domain, else the network); --num-gpus defaults to what the pools take. With "
                         "--search: auto, to try prefill:decode splits of every layout beside aggregated replicas")
+    g.add_argument("--no-disagg", dest="disagg", action="store_const", const=None,
+                   help="aggregated replicas, each prefilling and decoding its own requests: the default; after "
+                        "--disagg it switches the pools off (and --search then tries no splits)")
     g.add_argument("--decode-tp", type=int, default=None, metavar="N",
                    help="with --disagg P:D: tensor-parallel size of each decode replica (default --tp; published "
                         "runs often prefill on small replicas and decode on larger ones)")
