@@ -14,7 +14,7 @@ calibration run and stored with ``to_dict`` / read back with ``from_dict``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
 
@@ -36,6 +36,17 @@ and TensorRT-LLM's DeepSeek-R1 throughput blog quantizes Q and KV to FP8 for its
 FlashAttention-3 reaches ~0.75 of the H100's bf16 peak and ~0.61 of its FP8 peak (740 TFLOP/s
 and 1.2 PFLOP/s; Shah et al., 2024): FP8 keeps 0.81 of bf16's share, so 0.5 (the bf16 default)
 x 0.81 = 0.4, i.e. 1.6x the bf16 attention rate. Not measured here."""
+
+GB300_FP4_GEMM = 0.26
+"""The GB300's own FP4 GEMM fraction (of 15 PFLOP/s: 3.9), in place of ``LOW_PRECISION_GEMM``'s
+0.30, which was fitted on B200 and GB200 rows only. Fitted (benchmarks/sim_fit_gb300.py) on
+NVIDIA's MLPerf v6.0 Offline runs of Llama-2-70B and Llama-3.1-405B on its GB300 and GB200 racks
+(same submitter, round and software): published, the GB300 rack runs 1.26-1.27x the GB200's per
+GPU, and at 0.30 the simulator gave 1.41-1.42x; at 0.26 the two racks' errors agree (0.91 and
+0.90-0.92). Published kernel figures point the same way: large FP4 GEMMs on SM103 reach 0.56 of
+its peak (CUTLASS at 8192 x 8192 x 33024, HazyResearch/ThunderKittens nvfp4_b300 notes) against
+0.63 on a B200 (DeepGEMM PR 348), and serving-sized ones were still being tuned for it (flashinfer
+PR 2303). Checked on the other GB300 rows: docs/SIMULATOR.md."""
 
 EXPERT_WEIGHT_STREAM = 0.23
 """The fraction of HBM bandwidth at which MoE layers stream their routed experts' weights
@@ -321,7 +332,9 @@ GB200 = Hardware(
 )
 
 GB300 = Hardware(
-    name="gb300", efficiency=_GPU_EFFICIENCY, memory_bytes=277 * _GIB, memory_bw=8 * _TB,
+    name="gb300",
+    efficiency=replace(_GPU_EFFICIENCY, gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM}),
+    memory_bytes=277 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 80 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 15 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=100 * _GB, default_precision="fp4",
     price_per_hour=6.00,

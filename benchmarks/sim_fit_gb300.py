@@ -1,0 +1,81 @@
+"""Fit the GB300's FP4 GEMM fraction on NVIDIA's own GB300 and GB200 rack runs of one round.
+
+The FP4 fraction (hardware.py ``LOW_PRECISION_GEMM``) was fitted on B200 and GB200 rows of
+TensorRT-LLM's tables; TensorRT-LLM publishes no GB300 row, so the GB300's 15 PFLOP/s peak took
+the same fraction untested. NVIDIA's MLPerf v6.0 Offline runs of the same dense models on both
+racks (same submitter, round and software) are the test: published, the GB300 rack runs 1.27x
+(Llama-2-70B) and 1.26x (Llama-3.1-405B) the GB200 rack per GPU; simulated, 1.42x and 1.41x. This
+script bisects the GB300's own FP4 fraction so that the two racks' simulated / published ratios
+agree (the geometric mean over the pairs of GB300's ratio over GB200's is 1): each pair's
+shared errors (software, harness, the fraction fitted elsewhere) cancel in it. Every other GB300
+row (DeepSeek-R1, the v5.1 rows, Server and Interactive) stays out of the fit.
+
+    python -m benchmarks.sim_fit_gb300        # ~5 minutes here: the fit, then each pair's ratios
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import replace
+
+from tqdm import tqdm
+
+from tokenmill.sim.hardware import LOW_PRECISION_GEMM, get_hardware
+from tokenmill.sim.published import RESULTS, PublishedResult
+from tokenmill.sim.validate import check_row
+
+MODELS = ("llama2-70b", "llama3.1-405b")
+
+
+def pairs() -> list[tuple[PublishedResult, PublishedResult]]:
+    """(GB300 row, GB200 row) of each dense model's MLPerf v6.0 Offline runs on NVIDIA's racks."""
+    def row(model: str, hardware: str) -> PublishedResult:
+        found = [r for r in RESULTS if r.model == model and r.hardware == hardware and r.scenario == "offline"
+                 and r.num_gpus == 72 and "MLPerf Inference v6.0" in r.source and "closed/NVIDIA" in r.source]
+        assert len(found) == 1, (model, hardware, found)
+        return found[0]
+    return [(row(m, "gb300"), row(m, "gb200")) for m in MODELS]
+
+
+def ratio(row: PublishedResult, fp4: float | None, num_requests: int) -> float:
+    """Simulated / published, the GB300's FP4 fraction at ``fp4`` (None: the profile's; the GB200 rows' is
+    ``LOW_PRECISION_GEMM``'s)."""
+    def hardware_for(name: str):
+        hw = get_hardware(name)
+        if name != "gb300" or fp4 is None:
+            return hw
+        eff = replace(hw.efficiency, gemm_by_precision={**hw.efficiency.gemm_by_precision, "fp4": fp4})
+        return replace(hw, efficiency=eff)
+    return check_row(row, num_requests, hardware_for=hardware_for).simulated / row.tokens_per_s_per_gpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-requests", type=int, default=1000)
+    parser.add_argument("--tolerance", type=float, default=0.01, help="stop when the bracket is this narrow")
+    args = parser.parse_args()
+    rows = pairs()
+    gb200 = [ratio(b, None, args.num_requests) for _, b in tqdm(rows, desc="GB200 rows", leave=False)]
+
+    def relative(fp4: float) -> list[float]:
+        gb300 = [ratio(a, fp4, args.num_requests) for a, _ in tqdm(rows, desc=f"GB300 fp4 {fp4:.3f}", leave=False)]
+        return [a / b for a, b in zip(gb300, gb200)]
+
+    lo, hi = 0.05, 0.40  # the GB300 rows' throughput grows with the fraction
+    while hi - lo > args.tolerance:
+        mid = (lo + hi) / 2
+        if math.prod(relative(mid)) ** (1 / len(rows)) > 1.0:
+            hi = mid
+        else:
+            lo = mid
+    value = round((lo + hi) / 2, 2)
+    print(f"gb300 fp4 gemm fraction {value} ({value * 15:.1f} of 15 PFLOP/s) over {len(rows)} pairs")
+    fitted, shared = relative(value), LOW_PRECISION_GEMM["fp4"]
+    before = [ratio(a, shared, args.num_requests) for a, _ in rows]
+    for (a, b), rel, old, base in zip(rows, fitted, before, gb200):
+        print(f"  {a.model}: published GB300 {a.tokens_per_s_per_gpu:,.0f}, GB200 {b.tokens_per_s_per_gpu:,.0f} "
+              f"per GPU; sim / published: GB200 {base:.2f}, GB300 {old:.2f} at {shared}, {rel * base:.2f} fitted")
+
+if __name__ == "__main__":
+    main()
