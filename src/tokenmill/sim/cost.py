@@ -298,10 +298,10 @@ def _flops(s: ModelShape, r: _Rows, window: _Rows, p: Parallel) -> tuple[float, 
 
 def expert_compute_precision(expert_format: str | None, hardware: Hardware, precision: str) -> str:
     """What the routed experts' GEMMs compute in. Experts kept in MXFP4 (gpt-oss) meet
-    activations quantized to MXFP8 on a device with FP4 tensor cores (Blackwell: an FP8 x FP4
-    MMA, priced at the FP8 rate) and in bf16 elsewhere (Hopper: the kernel upcasts the weights,
-    W4A16), whatever the deployment's precision: the support matrix of TensorRT-LLM's gpt-oss
-    example (examples/models/core/gpt_oss/README.md: "bf16 (Hopper) or mxfp8 (Blackwell)").
+    activations quantized to MXFP8 on a device with FP4 tensor cores (Blackwell: the FP8-class
+    MMA, UTCQMMA, priced at the FP8 rate) and in bf16 elsewhere (Hopper: the kernel upcasts the
+    weights to bf16 for HGMMA, W4A16), whatever the deployment's precision: the recommended rows
+    of TensorRT-LLM's gpt-oss support matrix (examples/models/core/gpt_oss/README.md, its MMA column).
     Other experts compute at the deployment's precision; so does a device with neither rate."""
     if expert_format == "mxfp4":
         wanted = "fp8" if "fp4" in hardware.flops else "bf16"
