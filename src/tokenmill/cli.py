@@ -61,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      "profile: tokens/s (per GPU), TTFT/TPOT percentiles, peak Server QPS, cost. "
                                      "`tokenmill sim validate` compares it with published results: most rows of "
                                      "TensorRT-LLM's tables and DeepSeek-R1's and Llama-3.1-405B's MLPerf v6.0 rows "
-                                     "within 25%; rack-scale DeepSeek-R1 Server runs, DeepSeek-R1 Interactive, gpt-oss "
-                                     "on Hopper and older software rounds not (docs/SIMULATOR.md). "
+                                     "within 25%, their v5.1 GB300 rack rows too; NVIDIA's DeepSeek-R1 GB300 rack "
+                                     "Server run, DeepSeek-R1 Interactive and gpt-oss on Hopper not "
+                                     "(docs/SIMULATOR.md). "
                                      "`tokenmill sim calibrate` fits a this-machine profile to the engine here.")
     add_sim_args(sim)
     sim.set_defaults(func=cmd_sim)
