@@ -77,5 +77,6 @@ def main() -> None:
         print(f"  {a.model}: published GB300 {a.tokens_per_s_per_gpu:,.0f}, GB200 {b.tokens_per_s_per_gpu:,.0f} "
               f"per GPU; sim / published: GB200 {base:.2f}, GB300 {old:.2f} at {shared}, {rel * base:.2f} fitted")
 
+
 if __name__ == "__main__":
     main()
