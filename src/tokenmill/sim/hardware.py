@@ -43,10 +43,11 @@ GB300_FP4_GEMM = 0.26
 NVIDIA's MLPerf v6.0 Offline runs of Llama-2-70B and Llama-3.1-405B on its GB300 and GB200 racks
 (same submitter, round and software): published, the GB300 rack runs 1.26-1.27x the GB200's per
 GPU, and at 0.30 the simulator gave 1.41-1.42x; at 0.26 the two racks' errors agree (0.91 and
-0.90-0.92). Published kernel figures point the same way: large FP4 GEMMs on SM103 reach 0.56 of
-its peak (CUTLASS at 8192 x 8192 x 33024, HazyResearch/ThunderKittens nvfp4_b300 notes) against
-0.63 on a B200 (DeepGEMM PR 348), and serving-sized ones were still being tuned for it (flashinfer
-PR 2303). Checked on the other GB300 rows: docs/SIMULATOR.md."""
+0.90-0.92). Published kernel figures do not contradict it: a large FP4 GEMM on SM103 reaches 0.56-0.64
+of its peak (CUTLASS at 8192 x 8192 x 33024, two runs in HazyResearch/ThunderKittens' nvfp4_b300 notes),
+about a B200's 0.63 (DeepGEMM PR 348), while serving-sized ones were "far from" its limit (flashinfer
+PR 2303: 3.9 PFLOP/s at 256 rows) and one port ran slower on a B300 than the SM100 kernel at every
+shape (flashinfer PR 4866). Checked on the other GB300 rows: docs/SIMULATOR.md."""
 
 EXPERT_WEIGHT_STREAM = 0.23
 """The fraction of HBM bandwidth at which MoE layers stream their routed experts' weights

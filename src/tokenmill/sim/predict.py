@@ -132,9 +132,7 @@ class Deployment:
     @property
     def kv_dtype_bytes(self) -> float:
         """Bytes per cached value."""
-        if self.kv_cache_dtype == "auto":
-            return PRECISION_BYTES_KV[self.precision]
-        return PRECISION_BYTES_KV[self.kv_cache_dtype]
+        return PRECISION_BYTES_KV[self.precision if self.kv_cache_dtype == "auto" else self.kv_cache_dtype]
 
     @property
     def replicas(self) -> int:
