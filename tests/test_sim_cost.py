@@ -251,6 +251,31 @@ def test_profiles_are_dense_and_ordered():
     assert gb300.flops["fp4"] > b200.flops["fp4"] and gb300.scale_up_size == 72
 
 
+def test_h200_nvl_is_an_h200_at_the_pcie_cards_peaks():
+    # The NVL card: the H200's memory, 1,671 / 1,979 of its tensor-core rates (NVIDIA's H200 page), NVLink
+    # bridges of up to four cards. A compute-bound prefill slows by that ratio, a batch-1 decode (weights
+    # streamed from the same HBM3e) hardly at all.
+    from tokenmill.sim.calibrate import _gpu_base
+
+    h200, nvl = get_hardware("h200"), get_hardware("h200-nvl")
+    assert (nvl.memory_bytes, nvl.memory_bw) == (h200.memory_bytes, h200.memory_bw)
+    assert nvl.flops["fp8"] == pytest.approx(1670.5e12, rel=1e-3) and nvl.flops["bf16"] == pytest.approx(835.5e12,
+                                                                                                       rel=1e-3)
+    assert nvl.scale_up_size == 4 and nvl.price_per_hour < h200.price_per_hour
+    arch = get_model("llama3.1-8b")
+
+    def seconds(hw, shape):
+        return step_time(step_cost(arch, shape, Parallel(), "fp8", 1), hw, "fp8").forward_s
+
+    prefill = StepShape(prefills=(PrefillChunk(num_tokens=8192, context=0),))
+    assert seconds(nvl, prefill) / seconds(h200, prefill) == pytest.approx(1979 / 1671, rel=0.03)
+    decode = StepShape(decode_contexts=(1000,))
+    assert seconds(nvl, decode) / seconds(h200, decode) < 1.02
+    # `sim calibrate --device cuda` starts from the profile the CUDA device's name names.
+    assert _gpu_base("NVIDIA H200 NVL") is nvl and _gpu_base("NVIDIA H200") is h200
+    assert _gpu_base("NVIDIA H100 80GB HBM3") is get_hardware("h100") and _gpu_base("Tesla T4") is None
+
+
 def test_unknown_hardware_and_model_name_the_flag():
     with pytest.raises(ValueError, match="--hardware.*h100"):
         get_hardware("tpu-v9")

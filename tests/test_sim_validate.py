@@ -220,7 +220,12 @@ def test_the_v51_405b_rows_run_their_configs_step_budgets():
                        ("gb200", 72, "server"): 2048,
                        ("h200", 8, "offline"): 1536, ("h200", 8, "server"): 2560,
                        ("b200", 8, "offline"): None, ("h100", 16, "offline"): None}  # configs not read in
-    assert {r.max_num_batched_tokens for r in RESULTS if r.dataset and r not in v51} == {None}
+    # Dell's H200 NVL runs (v6.0): 1,536 tokens, the Interactive run 256.
+    dell = [r for r in RESULTS if r.hardware == "h200-nvl"]
+    assert {(r.model, r.scenario): r.max_num_batched_tokens for r in dell} == {
+        ("llama3.1-8b", "offline"): 1536, ("llama3.1-8b", "server"): 1536, ("llama2-70b", "offline"): 1536,
+        ("llama2-70b", "server"): 1536, ("llama2-70b", "interactive"): 256}
+    assert {r.max_num_batched_tokens for r in RESULTS if r.dataset and r not in v51 + dell} == {None}
 
 
 def test_rows_fuse_the_all_reduces_where_their_configs_do():

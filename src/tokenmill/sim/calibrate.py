@@ -250,12 +250,13 @@ def _engine_kv_bytes(engine) -> float:
 
 
 def _gpu_base(name: str) -> Hardware | None:
-    """The datasheet profile whose name the GPU's name contains (H100, H200, ...), or None."""
+    """The datasheet profile whose name the GPU's name contains (H100, H200, "H200 NVL" for h200-nvl, ...;
+    the longest match), or None."""
     from tokenmill.sim.hardware import HARDWARE
 
     upper = name.upper()
-    return next((hw for key, hw in sorted(HARDWARE.items(), key=lambda kv: -len(kv[0])) if key.upper() in upper),
-                None)
+    return next((hw for key, hw in sorted(HARDWARE.items(), key=lambda kv: -len(kv[0]))
+                 if key.upper().replace("-", " ") in upper), None)
 
 
 def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",

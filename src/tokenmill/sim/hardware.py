@@ -294,6 +294,30 @@ H200 = Hardware(
     ),
 )
 
+H200_NVL_PEAK_SCALE = 1671 / 1979
+"""The H200 NVL card's tensor-core peaks against the H200 SXM's: NVIDIA's H200 page lists BF16 1,671 vs
+1,979 and FP8 3,341 vs 3,958 TFLOPS (both with sparsity; 0.844), the same GH100 and HBM3e run at up to
+600 W on a PCIe card instead of 700 W on an SXM module."""
+
+H200_NVL = Hardware(
+    name="h200-nvl", efficiency=_GPU_EFFICIENCY, memory_bytes=141 * _GIB, memory_bw=4.8 * _TB,
+    flops={"fp32": 60 * _T, **{k: v * H200_NVL_PEAK_SCALE for k, v in _HOPPER_FLOPS.items() if k != "fp32"}},
+    interconnect_bw=450 * _GB, scale_up_size=4, scale_out_bw=50 * _GB, default_precision="fp8",
+    price_per_hour=2.83,
+    sources=(
+        "H200 NVL (PCIe, dual-slot, air-cooled): 141 GB HBM3e, 4.8 TB/s; BF16 1,671, FP8 3,341 TFLOPS "
+        "with sparsity (835.5 and 1,670.5 dense), FP32 60 TFLOPS; up to 600 W; NVLink bridge 900 GB/s per GPU "
+        "(2- or 4-way: scale_up_size 4), PCIe Gen5 128 GB/s (the H200 NVL column of "
+        "https://www.nvidia.com/en-us/data-center/h200/, as tabulated in several public spec sheets)",
+        "Dell PowerEdge XE7740 (8x H200-NVL-141GB), the MLPerf v6.0 system run on these cards: hw_notes "
+        "\"H200 TGP 600W\", 10x 400 Gb/s NICs = 50 GB/s per GPU (closed/Dell/systems/"
+        "XE7740_H200_NVL_141GBx8_TRT.json); 141 GiB as the H200 SXM (nvidia-smi reports about 143,771 MiB on "
+        "an H200 NVL too)",
+        "$2.83/GPU-h: Massed Compute 1x H200 NVL on-demand (vm.massedcompute.com/pricing, as quoted in 2026 "
+        "price surveys)",
+    ),
+)
+
 _NVLINK5 = ("NVLink 5: 1.8 TB/s bidirectional per GPU = 900 GB/s per direction "
             "(https://verda.com/blog/gb300-nvl72-architecture)")
 
@@ -352,7 +376,7 @@ GB300 = Hardware(
     ),
 )
 
-HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (H100, H200, B200, GB200, GB300)}
+HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (H100, H200, H200_NVL, B200, GB200, GB300)}
 """Built-in profiles by ``--hardware`` name."""
 
 

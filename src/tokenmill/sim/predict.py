@@ -188,7 +188,7 @@ class Workload:
     """LoadGen's ``min_query_count`` for a timed run (``duration_s``), the whole deployment's:
     Offline issues at least this many samples, Server / Interactive at least this many queries
     (then for longer than ``duration_s``). Published MLPerf runs set it far above the rules'
-    minimum (sim/published.py ``_MLPERF_QUERIES``): their figures are long runs'."""
+    minimum (sim/published_queries.py ``MLPERF_QUERIES``): their figures are long runs'."""
     num_samples: int | None = None
     """server / interactive: each query draws one of this many samples, as LoadGen draws from its
     performance sample set (`tokenmill bench --num-samples`), and a sample drawn before finds its prompt

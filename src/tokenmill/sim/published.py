@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from tokenmill.sim.host_rates import held_out_rate
 from tokenmill.sim.published_harness import MLPERF_MAX_NUM_TOKENS, runs_overlap_scheduler
 from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION, TRTLLM_BENCH_DEFAULT
+from tokenmill.sim.published_queries import MLPERF_QUERIES
 
 
 @dataclass(frozen=True)
@@ -185,72 +186,7 @@ _ISSUE17 = "issue 17 (MLPerf Inference v6.0 / v5.1 results, GB300 NVL72), per GP
 _ADP8 = "TP8 EP8 attention-DP per 8-GPU instance"
 _GB300 = "GB300-NVL72_GB300-288GB_aarch64x72_TRT"
 _GB200 = "GB200-NVL72_GB200-186GB_aarch64x72_TRT"
-
-
-_MLPERF_QUERIES: dict[tuple[str, str, str, str, str], int] = {
-    (_V60, "NVIDIA", _GB300, "deepseek-r1", "Offline"): 877_600,
-    (_V60, "NVIDIA", _GB300, "deepseek-r1", "Server"): 219_400,
-    (_V60, "NVIDIA", _GB300, "deepseek-r1", "Interactive"): 245_728,
-    (_V60, "Nebius", _GB300, "deepseek-r1", "Offline"): 658_200,
-    (_V60, "Nebius", _GB300, "deepseek-r1", "Server"): 219_400,
-    (_V60, "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline"): 105_312,
-    (_V60, "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server"): 105_312,
-    (_V60, "NVIDIA", _GB300, "llama3.1-405b", "Offline"): 149_634,
-    (_V60, "NVIDIA", _GB300, "llama3.1-405b", "Server"): 33_252,
-    (_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Offline"): 562_848,
-    (_V60, "NVIDIA", _GB300, "gpt-oss-120b", "Server"): 1_010_568,
-    (_V60, "NVIDIA", _GB300, "llama2-70b-99", "Offline"): 11_427_840,
-    (_V60, "NVIDIA", _GB200, "deepseek-r1", "Offline"): 561_664,
-    (_V60, "NVIDIA", _GB200, "deepseek-r1", "Server"): 210_624,
-    (_V60, "NVIDIA", _GB200, "llama3.1-405b", "Offline"): 91_443,
-    (_V60, "NVIDIA", _GB200, "gpt-oss-120b", "Offline"): 466_908,
-    (_V60, "NVIDIA", _GB200, "llama2-70b-99", "Offline"): 9_314_304,
-    (_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Offline"): 140_416,
-    (_V60, "Nebius", "nebius_b200_n1", "deepseek-r1", "Server"): 105_312,
-    (_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Offline"): 102_336,
-    (_V60, "Nebius", "nebius_b200_n1", "gpt-oss-120b", "Server"): 44_772,
-    (_V60, "Google", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 8_313,
-    (_V60, "Lambda_SIT", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline"): 815_448,
-    (_V60, "Lambda_SIT", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server"): 614_928,
-    (_V60, "Supermicro", "SYS-822GS-NBRT_B200-SXM-180GB_TRT", "llama2-70b-99", "Offline"): 1_007_616,
-    (_V60, "RedHat", "8xH200-LLM-D-Openshift", "gpt-oss-120b", "Offline"): 12_792,
-    (_V60, "RedHat", "8xH200-LLM-D-Openshift", "gpt-oss-120b", "Server"): 12_792,
-    (_V60, "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Offline"): 534_720,
-    (_V60, "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline"): 442_368,
-    (_V51, "NVIDIA", _GB300, "deepseek-r1", "Offline"): 399_308,
-    (_V51, "NVIDIA", _GB300, "deepseek-r1", "Server"): 219_400,
-    (_V51, "NVIDIA", _GB300, "llama3.1-405b", "Offline"): 149_634,
-    (_V51, "NVIDIA", _GB300, "llama3.1-405b", "Server"): 99_756,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Offline"): 26_328,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "deepseek-r1", "Server"): 26_328,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Offline"): 1_007_616,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Server"): 884_736,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Interactive"): 270_336,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 8_313,
-    (_V51, "NVIDIA", _GB200, "llama3.1-405b", "Server"): 33_252,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 8_313,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline"): 735_240,
-    (_V51, "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Server"): 601_560,
-    (_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Offline"): 1_228_800,
-    (_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Server"): 294_912,
-    (_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline"): 16_626,
-    (_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server"): 8_313,
-    (_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Offline"): 761_976,
-    (_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Server"): 307_464,
-    (_V51, "Cisco", "HGX-H100_H100-SXM-80GBx16_TRT", "llama2-70b-99", "Offline"): 589_824,
-    (_V51, "Cisco", "HGX-H100_H100-SXM-80GBx16_TRT", "llama3_1-405b", "Offline"): 8_313,
-    (_V41, "NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT", "llama2-70b-99", "Offline"): 200_640,
-    (_V41, "NVIDIA", "DGX-H100_H100-SXM-80GBx8_TRT", "llama2-70b-99", "Server"): 196_608,
-    (_V41, "NVIDIA", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Offline"): 274_560,
-    (_V41, "NVIDIA", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Server"): 245_760,
-}
-"""What each MLPerf run issued, read in its performance/run_1/mlperf_log_detail.txt (beside the
-summary its row cites): Offline ``generated_samples_per_query``, Server and Interactive
-``result_query_count``. Most submitters set these far above mlperf.conf's minimums (DeepSeek-R1
-Offline: 4,388 samples, and 600 s; a few Llama-3.1-405B runs issued just the minimum, 8,313):
-NVIDIA's v6.0 GB300 rack ran 877,600 DeepSeek-R1 samples (200 x 4,388) for 5,089 s, so the drain
-of the longest outputs weighs little in the published figure; its Server run issued 219,400
-queries at 110 QPS, over half an hour of arrivals where LoadGen asks for 600 s."""
+_DELL_NVL = "XE7740_H200_NVL_141GBx8_TRT"
 
 
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
@@ -260,8 +196,8 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
             stream: int = 1) -> PublishedResult:
     path = f"closed/{org}/results/{system}/{bench}/{scenario}/performance/run_1/mlperf_log_summary.txt"
     dataset = "llama2-70b" if bench.startswith("llama2-70b") else model
-    queries = _MLPERF_QUERIES[(rnd, org, system, bench, scenario)]
     round_name = re.search(r"v\d\.\d", rnd).group()
+    queries = MLPERF_QUERIES[(round_name, org, system, bench, scenario)]
     kv = MLPERF_KV_FREE_FRACTION.get((round_name, org, system, bench, scenario), TRTLLM_BENCH_DEFAULT)
     tokens = MLPERF_MAX_NUM_TOKENS.get((round_name, org, system, bench, scenario))
     text = f"{total:,} tok/s total / {n} GPUs; {queries:,} {'samples' if scenario == 'Offline' else 'queries'}"
@@ -384,10 +320,14 @@ RESULTS: tuple[PublishedResult, ...] = (
             "mxfp4", 28680, note="vLLM 0.14.1 under llm-d, not TensorRT-LLM"),
     _mlperf(_V60, "RedHat", "8xH200-LLM-D-Openshift", "gpt-oss-120b", "Server", "gpt-oss-120b", "h200", 8,
             "mxfp4", 24103.19, note="vLLM under llm-d, not TensorRT-LLM"),
-    _mlperf(_V60, "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "h200", 8, "fp8",
-            53193.6, note="H200 NVL (PCIe card), not H200 SXM"),
-    _mlperf(_V60, "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline", "llama2-70b", "h200", 8,
-            "fp8", 32004, note="H200 NVL (PCIe card), not H200 SXM"),
+    # Dell's H200 NVL cards (PCIe, 600 W: the h200-nvl profile), TP1 x8 in every config
+    _mlperf(_V60, "Dell", _DELL_NVL, "llama3.1-8b", "Offline", "llama3.1-8b", "h200-nvl", 8, "fp8", 53193.6, "TP1 x8"),
+    _mlperf(_V60, "Dell", _DELL_NVL, "llama3.1-8b", "Server", "llama3.1-8b", "h200-nvl", 8, "fp8", 45075.81, "TP1 x8"),
+    _mlperf(_V60, "Dell", _DELL_NVL, "llama2-70b-99", "Offline", "llama2-70b", "h200-nvl", 8, "fp8", 32004, "TP1 x8"),
+    _mlperf(_V60, "Dell", _DELL_NVL, "llama2-70b-99", "Server", "llama2-70b", "h200-nvl", 8, "fp8", 29084.87,
+            "TP1 x8"),
+    _mlperf(_V60, "Dell", _DELL_NVL, "llama2-70b-99", "Interactive", "llama2-70b", "h200-nvl", 8, "fp8", 16343.77,
+            "TP1 x8"),
     # MLPerf v5.1 (same GB300 rack as v6.0, older software)
     _mlperf(_V51, "NVIDIA", _GB300, "deepseek-r1", "Offline", "deepseek-r1", "gb300", 72, "fp4", 420659, _ADP8,
             f"{_ISSUE17}: 5,842"),

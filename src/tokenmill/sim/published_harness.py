@@ -35,10 +35,17 @@ MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 2048,
     ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server"): 2560,
+    ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Offline"): 1536,
+    ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Server"): 1536,
+    ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline"): 1536,
+    ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Server"): 1536,
+    ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Interactive"): 256,
 }
 """The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the engine's 1,536-8,192)
 of the MLPerf v5.1 Llama-3.1-405B runs of NVIDIA and Nebius: ``closed/<org>/configs/<system without
 _TRT>/<Scenario>/llama3_1-405b.py`` in mlcommons/inference_results_v5.1 @965182b (Nebius's H200 rows
 search their layout: its Offline config is TP4 PP2, not modelled, its Server config TP8; NVIDIA's B200
-Offline row, TP2 PP2, is skipped and was not read). The other MLPerf rows keep the simulator's 8,192
+Offline row, TP2 PP2, is skipped and was not read); and Dell's v6.0 H200 NVL runs, ``closed/Dell/configs/
+XE7740_H200_NVL_141GBx8/<Scenario>/{llama3_1-8b,llama2-70b}.py`` (1,536 tokens, the Interactive run
+256 beside a batch of 256). The other MLPerf rows keep the simulator's 8,192
 (``Deployment.max_num_batched_tokens``); their configs' budgets were not read in."""

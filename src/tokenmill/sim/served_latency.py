@@ -217,6 +217,16 @@ DENSE_RUNS: tuple[ServedRun, ...] = (
               75.10, 74.42, 196_608, 21_605.79, 154.96, 156.42, 175.35, 461.3, 1024, 4096,
               **{**_70B, "instance_gpus": 2, "parallel": _TP2, "chunked_prefill": False}, precision="fp8",
               round="v4.1"),
+    # Dell's H200 NVL cards (v6.0; configs closed/Dell/configs/XE7740_H200_NVL_141GBx8/): Llama-3.1-8B and
+    # Llama-2-70B Server, and Llama-2-70B's Interactive run (a Server run under tighter limits: batch 256,
+    # 256-token budget).
+    ServedRun("Dell", "XE7740_H200_NVL_141GBx8_TRT", "h200-nvl", 8,
+              350.15, 349.43, 213_888, 45_075.81, 16.29, 16.60, 24.65, 1_709.7, 2048, 1536, **_8B, precision="fp8",
+              kv_free_fraction=0.95),
+    ServedRun("Dell", "XE7740_H200_NVL_141GBx8_TRT", "h200-nvl", 8,
+              99.90, 98.81, 245_760, 29_084.87, 153.90, 157.14, 167.20, 620.7, 2048, 1536, **_70B, precision="fp8"),
+    ServedRun("Dell", "XE7740_H200_NVL_141GBx8_TRT", "h200-nvl", 8,
+              56.22, 56.01, 73_728, 16_343.77, 35.19, 35.66, 38.11, 278.6, 256, 256, **_70B, precision="fp8"),
     # Llama-3.1-405B, v5.1: the three runs with a layout the simulator models, on one C++ executor per
     # TP group (configs: NVIDIA's GB300 rack TP2, its GB200 rack and B200 node TP4; batch 2048, 256 and
     # 256, budgets 1,536, 2,048 and 2,048 tokens; sim/published_harness.py). Nebius's H200 run (TP8) is
