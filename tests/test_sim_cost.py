@@ -249,6 +249,12 @@ def test_profiles_are_dense_and_ordered():
     assert "fp4" not in h100.flops and h200.flops == h100.flops
     assert h200.memory_bw > h100.memory_bw and b200.memory_bw > h200.memory_bw
     assert gb300.flops["fp4"] > b200.flops["fp4"] and gb300.scale_up_size == 72
+    # The B300 is the GB300's chip at 1,100 W on an 8-GPU HGX board: between the two in FP4, the B200's FP8 and
+    # bf16, and the GB300's fitted FP4 fraction (its kernels; hardware.py GB300_FP4_GEMM).
+    b300 = get_hardware("b300")
+    assert b200.flops["fp4"] < b300.flops["fp4"] < gb300.flops["fp4"] and b300.flops["fp8"] == b200.flops["fp8"]
+    assert b300.efficiency.gemm_for("fp4") == gb300.efficiency.gemm_for("fp4") < b200.efficiency.gemm_for("fp4")
+    assert b300.scale_up_size == 8 and b300.memory_bytes == 268 * 2**30 and b300.memory_bw == gb300.memory_bw
 
 
 def test_h200_nvl_is_an_h200_at_the_pcie_cards_peaks():

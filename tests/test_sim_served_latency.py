@@ -123,12 +123,15 @@ def test_prompts_are_chunked_first_come_first_served_into_the_budget():
 
 
 def test_the_405b_runs_ran_the_executor_fused_and_chunked():
-    runs = [r for r in DENSE_RUNS if r.model == "llama3.1-405b"]
+    runs = [r for r in DENSE_RUNS if r.model == "llama3.1-405b" and r.round == "v5.1"]
     assert [(r.hardware, r.instances, r.max_num_tokens) for r in runs] == [
         ("gb300", 36, 1536), ("gb200", 18, 2048), ("b200", 2, 2048)]
-    assert all(r.fused_allreduce and r.chunked_prefill and r.round == "v5.1" for r in runs)
-    # The C++ executor has no overlap scheduler; the DeepSeek-R1 runs' trtllm-serve has.
+    assert all(r.fused_allreduce and r.chunked_prefill for r in runs)
+    # The C++ executor has no overlap scheduler; the DeepSeek-R1 runs' trtllm-serve has, and so has v6.0's
+    # B300 run of Llama-3.1-405B (the PyTorch backend), four TP2 instances at 1,024 tokens.
     assert not any(r.overlap_scheduler for r in runs)
+    (b300,) = [r for r in DENSE_RUNS if r.model == "llama3.1-405b" and r.round == "v6.0"]
+    assert (b300.hardware, b300.instances, b300.max_num_tokens, b300.overlap_scheduler) == ("b300", 4, 1024, True)
     assert all(r.overlap_scheduler for r in RUNS if r.model == "deepseek-r1")
     # A 9,428-token mean prompt in 1,536-token chunks (the same draws either way): the prompt tokens spread
     # over more mixed steps, each hiding the decodes' weight reads under its compute, so the mean step is

@@ -376,7 +376,31 @@ GB300 = Hardware(
     ),
 )
 
-HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (H100, H200, H200_NVL, B200, GB200, GB300)}
+B300 = Hardware(
+    name="b300",
+    efficiency=replace(_GPU_EFFICIENCY, gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM}),
+    memory_bytes=268 * _GIB, memory_bw=8 * _TB,
+    flops={"fp32": 75 * _T, "bf16": 2.25 * _P, "fp8": 4.5 * _P, "fp4": 13.125 * _P},
+    interconnect_bw=900 * _GB, scale_up_size=8, scale_out_bw=100 * _GB, default_precision="fp4",
+    price_per_hour=6.00,
+    sources=(
+        "HGX B300 per GPU, dense: 13.125 PF fp4 (18 with sparsity; 105 / 144 PF per 8 GPUs), 4.5 PF fp8, 2.25 PF "
+        "bf16, 0.075 PF fp32 (https://glennklockwood.com/garden/processors/B300: \"the HGX variant of B300 has "
+        "similar performance to B200\" but FP4); 8 TB/s HBM3e per GPU, NVLink 5 at 1.8 TB/s per GPU "
+        "(https://acecloud.ai/blog/nvidia-hgx-b300)",
+        "The GB300's Blackwell Ultra (compute capability 10.3) at 1,100 W where the GB300 runs 1,400 W: its FP4 "
+        "GEMM fraction is the GB300's (GB300_FP4_GEMM), fitted on NVIDIA's rack runs, which the B300 rows check",
+        _NVLINK5,
+        "memory_bytes: 268 GiB, NVIDIA's harness (closed/NVIDIA/code/common/systems/known_hardware.py, v6.0: "
+        "B300_SXM_270GB vram \"268 GiB\", compute_sm 10.3, max_power_limit 1100); system description "
+        "closed/NVIDIA/systems/B300-SXM-270GBx8_TRT.json: \"B300 TGP 1100W\"",
+        "ConnectX-8 SuperNIC 800 Gb/s per GPU = 100 GB/s (https://acecloud.ai/blog/nvidia-hgx-b300)",
+        "$6.00/GPU-h: within Ornn's B300 neocloud on-demand range $5.00-7.25 "
+        "(https://www.ornnai.com/research/nvidia-b200-vs-b300-why-use-one-instead-of-the-other)",
+    ),
+)
+
+HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (H100, H200, H200_NVL, B200, B300, GB200, GB300)}
 """Built-in profiles by ``--hardware`` name."""
 
 

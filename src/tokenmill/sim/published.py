@@ -1,5 +1,5 @@
 """Published figures to validate `tokenmill sim` against: MLPerf Inference dataset lengths and
-latency limits, and measured throughput of LLM deployments on H100/H200/B200/GB200/GB300.
+latency limits, and measured throughput of LLM deployments on H100/H200/H200 NVL/B200/B300/GB200/GB300.
 
 Every number was read in the source named by its row (repository + path + commit, or URL);
 none is recalled or estimated. Throughput is generated (output) tokens/s per GPU: MLPerf's
@@ -187,6 +187,7 @@ _ADP8 = "TP8 EP8 attention-DP per 8-GPU instance"
 _GB300 = "GB300-NVL72_GB300-288GB_aarch64x72_TRT"
 _GB200 = "GB200-NVL72_GB200-186GB_aarch64x72_TRT"
 _DELL_NVL = "XE7740_H200_NVL_141GBx8_TRT"
+_B300 = "B300-SXM-270GBx8_TRT"
 
 
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
@@ -320,6 +321,26 @@ RESULTS: tuple[PublishedResult, ...] = (
             "mxfp4", 28680, note="vLLM 0.14.1 under llm-d, not TensorRT-LLM"),
     _mlperf(_V60, "RedHat", "8xH200-LLM-D-Openshift", "gpt-oss-120b", "Server", "gpt-oss-120b", "h200", 8,
             "mxfp4", 24103.19, note="vLLM under llm-d, not TensorRT-LLM"),
+    # NVIDIA's 8 x B300 node (1,100 W Blackwell Ultra: the b300 profile); configs closed/NVIDIA/configs/
+    # B300-SXM-270GBx8 (DeepSeek-R1), x1 (Llama-2-70B: TP1), x2 (Llama-3.1-405B: TP2, all-reduce fused by
+    # TRTLLM_GEMM_ALLREDUCE_FUSION_ENABLED); no Llama-3.1-8B config is published: its layout is searched
+    _mlperf(_V60, "NVIDIA", _B300, "deepseek-r1", "Offline", "deepseek-r1", "b300", 8, "fp4", 70325.7,
+            "TP8 EP8 attention-DP"),
+    _mlperf(_V60, "NVIDIA", _B300, "deepseek-r1", "Server", "deepseek-r1", "b300", 8, "fp4", 42721.39,
+            "TP8 EP8 attention-DP", adp=(3, 9), whole_prompts=True, stream=20),
+    _mlperf(_V60, "NVIDIA", _B300, "llama2-70b-99", "Offline", "llama2-70b", "b300", 8, "fp4", 112954, "TP1 x8"),
+    _mlperf(_V60, "NVIDIA", _B300, "llama2-70b-99", "Server", "llama2-70b", "b300", 8, "fp4", 107317.80, "TP1 x8"),
+    _mlperf(_V60, "NVIDIA", _B300, "llama3.1-405b", "Offline", "llama3.1-405b", "b300", 8, "fp4", 1951.6, "TP2",
+            fused=True),
+    _mlperf(_V60, "NVIDIA", _B300, "llama3.1-405b", "Server", "llama3.1-405b", "b300", 8, "fp4", 1460.25, "TP2",
+            fused=True),
+    _mlperf(_V60, "NVIDIA", _B300, "llama3.1-8b", "Offline", "llama3.1-8b", "b300", 8, "fp4", 165432),
+    _mlperf(_V60, "NVIDIA", _B300, "llama3.1-8b", "Server", "llama3.1-8b", "b300", 8, "fp4", 141565.45),
+    _mlperf(_V60, "Nebius", "nebius_b300_n1", "deepseek-r1", "Server", "deepseek-r1", "b300", 8, "fp4", 60413.44,
+            "TP8 EP8 attention-DP", "NVIDIA's B300 config but its rate (closed/Nebius/configs/nebius_b300_n1/Server/"
+            "deepseek-r1.py); at its limits (TPOT p99 79.7 of 80 ms), where NVIDIA's B300 run (11.53 QPS, TPOT p99 "
+            "61.7 ms, TTFT p99 0.81 s) left both with slack",
+            adp=(3, 9), whole_prompts=True, stream=20),
     # Dell's H200 NVL cards (PCIe, 600 W: the h200-nvl profile), TP1 x8 in every config
     _mlperf(_V60, "Dell", _DELL_NVL, "llama3.1-8b", "Offline", "llama3.1-8b", "h200-nvl", 8, "fp8", 53193.6, "TP1 x8"),
     _mlperf(_V60, "Dell", _DELL_NVL, "llama3.1-8b", "Server", "llama3.1-8b", "h200-nvl", 8, "fp8", 45075.81, "TP1 x8"),

@@ -40,6 +40,13 @@ MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline"): 1536,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Server"): 1536,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Interactive"): 256,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "deepseek-r1", "Offline"): 4608,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "deepseek-r1", "Server"): 4608,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama2-70b-99", "Offline"): 4608,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama2-70b-99", "Server"): 4608,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-405b", "Server"): 1024,
+    ("v6.0", "Nebius", "nebius_b300_n1", "deepseek-r1", "Server"): 4608,
 }
 """The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the engine's 1,536-8,192)
 of the MLPerf v5.1 Llama-3.1-405B runs of NVIDIA and Nebius: ``closed/<org>/configs/<system without
@@ -47,5 +54,9 @@ _TRT>/<Scenario>/llama3_1-405b.py`` in mlcommons/inference_results_v5.1 @965182b
 search their layout: its Offline config is TP4 PP2, not modelled, its Server config TP8; NVIDIA's B200
 Offline row, TP2 PP2, is skipped and was not read); and Dell's v6.0 H200 NVL runs, ``closed/Dell/configs/
 XE7740_H200_NVL_141GBx8/<Scenario>/{llama3_1-8b,llama2-70b}.py`` (1,536 tokens, the Interactive run
-256 beside a batch of 256). The other MLPerf rows keep the simulator's 8,192
+256 beside a batch of 256); and NVIDIA's v6.0 B300 node, ``closed/NVIDIA/configs/B300-SXM-270GBx{8,1,2}/
+<Scenario>/{deepseek-r1,llama2-70b,llama3_1-405b}.py`` (DeepSeek-R1 and Llama-2-70B 4,608, the build
+flags' where the runtime's names more; Llama-3.1-405B 1,536 Offline and 1,024 Server, "reducing this to
+1024 to meet tpot"; its Llama-3.1-8B config is not published), and Nebius's B300 DeepSeek-R1 Server
+run, whose config is NVIDIA's. The other MLPerf rows keep the simulator's 8,192
 (``Deployment.max_num_batched_tokens``); their configs' budgets were not read in."""

@@ -12,6 +12,8 @@ Read in each submission's config, ``closed/<org>/configs/<system>/<Scenario>/<be
   pool; the decode pool's is taken, where the cache fills);
 - v4.1: ``closed/NVIDIA/configs/llama2-70b/<Scenario>/__init__.py``, 0.90 in the scenario's base
   class, not overridden for these systems;
+- NVIDIA's v6.0 B300 Llama-3.1-8B runs have no published config: 0.90, its v5.1 B200 Llama-3.1-8B
+  configs' value;
 - Cisco's v5.1 two-node H100 runs name no 16-GPU class: 0.95, the value of its H100 TP2 class
   (Llama-2-70B) and of its Hopper base class (Llama-3.1-405B), ``closed/Cisco/configs/<benchmark>/
   Offline/__init__.py``.
@@ -48,6 +50,15 @@ MLPERF_KV_FREE_FRACTION: dict[tuple[str, str, str, str, str], float] = {
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline"): 0.90,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Server"): 0.90,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Interactive"): 0.90,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "deepseek-r1", "Offline"): 0.95,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "deepseek-r1", "Server"): 0.95,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama2-70b-99", "Offline"): 0.95,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama2-70b-99", "Server"): 0.95,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-405b", "Offline"): 0.95,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-405b", "Server"): 0.95,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-8b", "Offline"): 0.90,
+    ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-8b", "Server"): 0.90,
+    ("v6.0", "Nebius", "nebius_b300_n1", "deepseek-r1", "Server"): 0.95,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 0.95,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Server"): 0.90,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 0.95,

@@ -23,18 +23,19 @@ without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the
 racks' 4,608 against 3,456) and the attention-DP prompt balancing (``adp_balancing_*``); every one of
 these configs runs TP8 EP8 attention DP per 8-GPU instance with ``adp_balancing_enable: True`` and
 ``enable_chunked_context: False``, under NVIDIA's harness, which leaves TensorRT-LLM's overlap
-scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. The B300 systems' runs are left
-out (no B300 profile).
+scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. Of the B300 systems' runs
+NVIDIA's and Nebius's are read in (Cisco's, Dell's, GigaComputing's and Quanta's are not yet).
 
 ``DEEPSEEK_RUNS_V51`` are the MLPerf v5.1 DeepSeek-R1 Server runs with logs, read the same way from
 mlcommons/inference_results_v5.1 @965182b; they ran TensorRT-LLM of August 2025 and are simulated at
 that kernel generation (sim/kernels.py, whose scale they and the v6.0 records give).
 
 The dense records (``DENSE_RUNS``: Llama-3.1-8B, Llama-2-70B and Llama-3.1-405B, the Server rows of
-sim/published.py with logs and a modelled layout) are read the same way from the v6.0 repository,
+sim/published.py with logs, a modelled layout and a published config, and Dell's Llama-2-70B Interactive run,
+a Server run under tighter limits) are read the same way from the v6.0 repository,
 mlcommons/inference_results_v5.1 @965182b and mlcommons/inference_results_v4.1 @198fc46 (its configs:
 ``closed/NVIDIA/configs/llama2-70b/``). Each runs one TensorRT-LLM instance per TP group (TP1; TP2 on
-the H100; Llama-3.1-405B TP2 on GB300, TP4 on B200, its all-reduces fused), no attention DP; the
+the H100; Llama-3.1-405B TP2 on GB300 and B300, TP4 on B200, its all-reduces fused), no attention DP; the
 v5.1 and v6.0 configs chunk prompts (``enable_chunked_context: True``), v4.1's do not name it
 (TensorRT-LLM's default: off). The v4.1 and v5.1 runs ran the C++ executor, without the overlap
 scheduler (sim/published_harness.py).
@@ -166,6 +167,10 @@ DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
               11.10, 10.95, 26_382, 40_949.45, 60.14, 63.59, 66.82, 877.2, 512, 3456, (2, 6), **_S20),
     ServedRun("Google", "B200-SXM-180GBx8_TRT", "b200", 8,
               11.10, 10.96, 26_382, 41_027.93, 53.62, 57.13, 59.18, 563.9, 512, 3456, (2, 6), **_S20),
+    ServedRun("NVIDIA", "B300-SXM-270GBx8_TRT", "b300", 8,
+              11.53, 11.39, 105_312, 42_721.39, 59.39, 60.68, 61.66, 806.0, 640, 4608, **_F95, **_S20),
+    ServedRun("Nebius", "nebius_b300_n1", "b300", 8,
+              16.29, 16.05, 57_044, 60_413.44, 69.31, 74.49, 79.65, 1_171.4, 640, 4608, **_F95, **_S20),
 )
 
 # MLPerf v5.1 (mlcommons/inference_results_v5.1 @965182b, the same files; the CoreWeave system's
@@ -227,6 +232,14 @@ DENSE_RUNS: tuple[ServedRun, ...] = (
               99.90, 98.81, 245_760, 29_084.87, 153.90, 157.14, 167.20, 620.7, 2048, 1536, **_70B, precision="fp8"),
     ServedRun("Dell", "XE7740_H200_NVL_141GBx8_TRT", "h200-nvl", 8,
               56.22, 56.01, 73_728, 16_343.77, 35.19, 35.66, 38.11, 278.6, 256, 256, **_70B, precision="fp8"),
+    # NVIDIA's B300 node (v6.0; closed/NVIDIA/configs/B300-SXM-270GBx1 and x2): Llama-2-70B TP1 (batch 3,072,
+    # 4,608 tokens), Llama-3.1-405B TP2 (batch 2,048, 1,024 tokens, all-reduces fused); its Llama-3.1-8B
+    # config, whose batch the record needs, is not published.
+    ServedRun("NVIDIA", "B300-SXM-270GBx8_TRT", "b300", 8,
+              399.62, 393.11, 737_280, 107_317.80, 123.94, 118.74, 154.88, 471.9, 3072, 4608, **_70B, **_F95),
+    ServedRun("NVIDIA", "B300-SXM-270GBx8_TRT", "b300", 8,
+              2.31, 2.29, 8_313, 1_460.25, 118.82, 119.86, 128.00, 4_454.5, 2048, 1024,
+              **{**_405B, "round": "v6.0"}, instance_gpus=2, parallel=_TP2),
     # Llama-3.1-405B, v5.1: the three runs with a layout the simulator models, on one C++ executor per
     # TP group (configs: NVIDIA's GB300 rack TP2, its GB200 rack and B200 node TP4; batch 2048, 256 and
     # 256, budgets 1,536, 2,048 and 2,048 tokens; sim/published_harness.py). Nebius's H200 run (TP8) is
