@@ -11,6 +11,11 @@ shared errors (software, harness, the fraction fitted elsewhere) cancel in it. E
 row (DeepSeek-R1, the v5.1 rows, Server and Interactive) stays out of the fit.
 
     python -m benchmarks.sim_fit_gb300        # ~5 minutes here: the fit, then each pair's ratios
+    python -m benchmarks.sim_fit_gb300 --held-out   # NVIDIA's B300 Offline rows at both fractions, ~5 minutes
+
+The B300 is the same chip (compute capability 10.3) at 1,100 W on an 8-GPU board, and its profile takes
+the GB300's fraction: ``--held-out`` runs NVIDIA's v6.0 B300 Offline rows, which took no part in the fit,
+at the fitted fraction and at the shared one.
 """
 
 from __future__ import annotations
@@ -39,11 +44,11 @@ def pairs() -> list[tuple[PublishedResult, PublishedResult]]:
 
 
 def ratio(row: PublishedResult, fp4: float | None, num_requests: int) -> float:
-    """Simulated / published, the GB300's FP4 fraction at ``fp4`` (None: the profile's; the GB200 rows' is
-    ``LOW_PRECISION_GEMM``'s)."""
+    """Simulated / published, the GB300's (or B300's) FP4 fraction at ``fp4`` (None: the profile's; the GB200
+    rows' is ``LOW_PRECISION_GEMM``'s)."""
     def hardware_for(name: str):
         hw = get_hardware(name)
-        if name != "gb300" or fp4 is None:
+        if name not in ("gb300", "b300") or fp4 is None:
             return hw
         eff = replace(hw.efficiency, gemm_by_precision={**hw.efficiency.gemm_by_precision, "fp4": fp4})
         return replace(hw, efficiency=eff)
@@ -54,7 +59,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--num-requests", type=int, default=1000)
     parser.add_argument("--tolerance", type=float, default=0.01, help="stop when the bracket is this narrow")
+    parser.add_argument("--held-out", action="store_true",
+                        help="instead of fitting, run NVIDIA's B300 Offline rows at the profile's and the shared "
+                             "FP4 fraction")
     args = parser.parse_args()
+    if args.held_out:
+        held_out(args.num_requests)
+        return
     rows = pairs()
     gb200 = [ratio(b, None, args.num_requests) for _, b in tqdm(rows, desc="GB200 rows", leave=False)]
 
@@ -76,6 +87,17 @@ def main() -> None:
     for (a, b), rel, old, base in zip(rows, fitted, before, gb200):
         print(f"  {a.model}: published GB300 {a.tokens_per_s_per_gpu:,.0f}, GB200 {b.tokens_per_s_per_gpu:,.0f} "
               f"per GPU; sim / published: GB200 {base:.2f}, GB300 {old:.2f} at {shared}, {rel * base:.2f} fitted")
+
+
+def held_out(num_requests: int) -> None:
+    """Each of NVIDIA's v6.0 B300 Offline rows, simulated / published, at the B300 profile's FP4 fraction
+    (the GB300's) and at ``LOW_PRECISION_GEMM``'s."""
+    fitted, shared = get_hardware("b300").efficiency.gemm_for("fp4"), LOW_PRECISION_GEMM["fp4"]
+    rows = [r for r in RESULTS if r.hardware == "b300" and r.scenario == "offline" and "closed/NVIDIA" in r.source]
+    for r in tqdm(rows, desc="B300 rows", leave=False):
+        at = {f: ratio(r, f, num_requests) for f in (fitted, shared)}
+        print(f"  {r.model}: published {r.tokens_per_s_per_gpu:,.0f} per GPU; sim / published "
+              f"{at[fitted]:.2f} at {fitted}, {at[shared]:.2f} at {shared}", flush=True)
 
 
 if __name__ == "__main__":
