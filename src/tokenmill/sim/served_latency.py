@@ -23,8 +23,9 @@ without _TRT>/Server/deepseek-r1.py`` for the batch (``gpu_batch_size``) and the
 racks' 4,608 against 3,456) and the attention-DP prompt balancing (``adp_balancing_*``); every one of
 these configs runs TP8 EP8 attention DP per 8-GPU instance with ``adp_balancing_enable: True`` and
 ``enable_chunked_context: False``, under NVIDIA's harness, which leaves TensorRT-LLM's overlap
-scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. Of the B300 systems' runs
-NVIDIA's and Nebius's are read in (Cisco's, Dell's, GigaComputing's and Quanta's are not yet).
+scheduler on (``PublishedResult.overlap_scheduler``), and the simulation runs them so. The B300 systems' seven
+runs (NVIDIA's, Nebius's, Cisco's, Dell's two, GigaComputing's and Quanta's) all run NVIDIA's B300 config
+(batch 640, 4,608 tokens, ``stream_interval`` 20) at rates of 9.52-16.29 QPS.
 
 ``DEEPSEEK_RUNS_V51`` are the MLPerf v5.1 DeepSeek-R1 Server runs with logs, read the same way from
 mlcommons/inference_results_v5.1 @965182b; they ran TensorRT-LLM of August 2025 and are simulated at
@@ -171,6 +172,16 @@ DEEPSEEK_RUNS: tuple[ServedRun, ...] = (
               11.53, 11.39, 105_312, 42_721.39, 59.39, 60.68, 61.66, 806.0, 640, 4608, **_F95, **_S20),
     ServedRun("Nebius", "nebius_b300_n1", "b300", 8,
               16.29, 16.05, 57_044, 60_413.44, 69.31, 74.49, 79.65, 1_171.4, 640, 4608, **_F95, **_S20),
+    ServedRun("Cisco", "C880A_M8_B300_288GBx8_TRT", "b300", 8,
+              16.04, 15.60, 105_312, 58_553.28, 73.87, 78.15, 79.74, 1_197.6, 640, 4608, **_F95, **_S20),
+    ServedRun("Dell", "XE9780L-B300-SXM-270GBx8_TRT", "b300", 8,
+              12.53, 12.37, 105_312, 46_510.56, 57.58, 58.86, 60.20, 750.2, 640, 4608, **_F95, **_S20),
+    ServedRun("Dell", "XE9780_x86_B300-SXM-270GBx8_TRT", "b300", 8,
+              12.53, 12.37, 105_312, 46_513.06, 56.05, 57.35, 58.40, 724.4, 640, 4608, **_F95, **_S20),
+    ServedRun("GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "b300", 8,
+              9.52, 9.46, 105_312, 35_552.55, 52.60, 53.06, 54.44, 736.8, 640, 4608, **_F95, **_S20),
+    ServedRun("Quanta_Cloud_Technology", "D75H-10U_B300-270GBx8_TRT", "b300", 8,
+              9.52, 9.46, 105_312, 35_435.70, 43.53, 43.94, 44.72, 554.1, 640, 4608, **_F95, **_S20),
 )
 
 # MLPerf v5.1 (mlcommons/inference_results_v5.1 @965182b, the same files; the CoreWeave system's
