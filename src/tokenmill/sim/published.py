@@ -12,9 +12,10 @@ How rows were chosen:
   taking NVIDIA's own systems where it submitted and otherwise one partner system per
   hardware kind, 8-GPU nodes preferred. Only the -99 accuracy target of Llama-2-70B is kept
   (NVIDIA's -99.9 runs use the same engine and report the same numbers).
-- TensorRT-LLM perf-overview: ISL/OSL 1K/1K plus the long-input and long-output pairs, for
-  every GPU the table covers. The current page reports per GPU; an older page (the only one
-  with Llama-3.1-8B and -405B) reports totals.
+- TensorRT-LLM perf-overview: ISL/OSL 1K/1K plus the long-input and long-output pairs (8K and,
+  since 2026-11-30, 32K), for every GPU the table covers (its RTX 6000 tables and its Qwen3, Llama-4
+  and gpt-oss-20b models are left out). The current page reports per GPU; an older page (the only
+  one with Llama-3.1-8B and -405B) reports totals.
 - TensorRT-LLM's DeepSeek-R1 guide: its max-throughput runs on 8 GPUs. Its batch-1 MTP runs
   are left out (speculative decoding on a real dataset).
 """
@@ -222,7 +223,8 @@ _TRT_DSR1 = ("NVIDIA/TensorRT-LLM docs/source/blogs/Best_perf_practice_on_DeepSe
              "@01c4ece9, 'Per GPU Output Throughput'")
 
 
-_TRT_REQUESTS_NEW = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500}
+_TRT_REQUESTS_NEW = {(1024, 1024): 3000, (8192, 1024): 1500, (1024, 8192): 1500, (32768, 1024): 1000,
+                     (1024, 32768): 1000}
 """``$num_requests`` per ISL/OSL pair, the new page's "Preparing a Dataset" table (the same file)."""
 _TRT_REQUESTS_OLD = {(128, 2048): 3000, (2048, 128): 3000, (1000, 1000): 3000, (20000, 2000): 1000}
 """The same table of the older page (its 1000/1000 entry also serves the new page's 1000/1000
@@ -415,6 +417,10 @@ RESULTS: tuple[PublishedResult, ...] = (
     _trt("deepseek-r1", "gb200", 4, "fp4", 8192, 1024, 1192, "DEP4", "DeepSeek-R1-0528"),
     _trt("deepseek-r1", "h200", 8, "fp8", 1024, 1024, 1620, "DEP8", "DeepSeek-R1-0528"),
     _trt("deepseek-r1", "h200", 8, "fp8", 1024, 8192, 1218, "DEP8", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "gb200", 4, "fp4", 1024, 8192, 4379, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "b200", 4, "fp4", 1024, 32768, 1451, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "gb200", 4, "fp4", 1024, 32768, 1465, "DEP4", "DeepSeek-R1-0528"),
+    _trt("deepseek-r1", "h200", 8, "fp8", 1024, 32768, 438, "DEP8", "DeepSeek-R1-0528"),
     _trt_gpt_oss("b200", 2, 1024, 1024, 25870, "DEP2"),
     _trt_gpt_oss("b200", 2, 8192, 1024, 6111, "DEP2"),
     _trt_gpt_oss("gb200", 1, 1024, 1024, 26609, "TP1"),
@@ -422,6 +428,16 @@ RESULTS: tuple[PublishedResult, ...] = (
     _trt_gpt_oss("h200", 1, 8192, 1024, 1828, "TP1"),
     _trt_gpt_oss("h100", 4, 1024, 1024, 4715, "DEP4"),
     _trt_gpt_oss("h100", 4, 8192, 1024, 1169, "DEP4"),
+    _trt_gpt_oss("b200", 2, 1024, 8192, 17289, "DEP2"),
+    _trt_gpt_oss("gb200", 1, 1024, 8192, 14800, "TP1"),
+    _trt_gpt_oss("h200", 1, 1024, 8192, 3543, "TP1"),
+    _trt_gpt_oss("b200", 2, 1024, 32768, 6279, "DEP2"),
+    _trt_gpt_oss("gb200", 1, 1024, 32768, 5556, "TP1"),
+    _trt_gpt_oss("h100", 4, 1024, 32768, 1177, "DEP4"),
+    _trt_gpt_oss("b200", 2, 32768, 1024, 1392, "DEP2"),
+    _trt_gpt_oss("gb200", 1, 32768, 1024, 1645, "TP1"),
+    _trt_gpt_oss("h200", 1, 32768, 1024, 519, "TP1"),
+    _trt_gpt_oss("h100", 4, 32768, 1024, 333, "DEP4"),
     _trt("llama3.3-70b", "b200", 1, "fp4", 1024, 1024, 6842, "TP1"),
     _trt("llama3.3-70b", "b200", 1, "fp4", 1024, 8192, 3242, "TP1"),
     _trt("llama3.3-70b", "b200", 1, "fp4", 8192, 1024, 1362, "TP1"),
@@ -430,6 +446,11 @@ RESULTS: tuple[PublishedResult, ...] = (
     _trt("llama3.3-70b", "h200", 2, "fp8", 8192, 1024, 537, "TP2"),
     _trt("llama3.3-70b", "h100", 2, "fp8", 1000, 1000, 2209, "TP2", "no 1024/1024 H100 entry"),
     _trt("llama3.3-70b", "h100", 2, "fp8", 8192, 1024, 398, "TP2"),
+    _trt("llama3.3-70b", "gb200", 1, "fp4", 1024, 8192, 3805, "TP1"),
+    _trt("llama3.3-70b", "h200", 2, "fp8", 1024, 8192, 2009, "TP2"),
+    _trt("llama3.3-70b", "b200", 1, "fp4", 32768, 1024, 274, "TP1"),
+    _trt("llama3.3-70b", "gb200", 1, "fp4", 32768, 1024, 302, "TP1"),
+    _trt("llama3.3-70b", "h200", 2, "fp8", 32768, 1024, 120, "TP2"),
     # TensorRT-LLM perf-overview, older page (totals)
     _trt_total("llama3.1-8b", "h100", 1, "fp8", 1000, 1000, 15220, "TP1"),
     _trt_total("llama3.1-8b", "h100", 1, "fp8", 128, 2048, 22714, "TP1"),
