@@ -213,7 +213,7 @@ def test_mlperf_rows_route_as_nvidias_harness_unless_their_config_says_otherwise
     assert not any(r.overlap_scheduler for r in RESULTS if not r.dataset)
 
 
-def test_the_v51_405b_rows_run_their_configs_step_budgets():
+def test_rows_run_their_configs_step_budgets_where_read():
     v51 = [r for r in RESULTS if r.model == "llama3.1-405b" and "v5.1" in r.source]
     budgets = {(r.hardware, r.num_gpus, r.scenario): r.max_num_batched_tokens for r in v51}
     assert budgets == {("gb300", 72, "offline"): 1536, ("gb300", 72, "server"): 1536, ("b200", 8, "server"): 2048,

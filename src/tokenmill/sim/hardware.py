@@ -356,9 +356,12 @@ GB200 = Hardware(
     ),
 )
 
+_BLACKWELL_ULTRA_EFFICIENCY = replace(_GPU_EFFICIENCY, gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM})
+"""Blackwell Ultra's (the GB300's and the B300's chip, compute capability 10.3): its own FP4 GEMM fraction."""
+
 GB300 = Hardware(
     name="gb300",
-    efficiency=replace(_GPU_EFFICIENCY, gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM}),
+    efficiency=_BLACKWELL_ULTRA_EFFICIENCY,
     memory_bytes=277 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 80 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 15 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=100 * _GB, default_precision="fp4",
@@ -378,7 +381,7 @@ GB300 = Hardware(
 
 B300 = Hardware(
     name="b300",
-    efficiency=replace(_GPU_EFFICIENCY, gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM}),
+    efficiency=_BLACKWELL_ULTRA_EFFICIENCY,
     memory_bytes=268 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 75 * _T, "bf16": 2.25 * _P, "fp8": 4.5 * _P, "fp4": 13.125 * _P},
     interconnect_bw=900 * _GB, scale_up_size=8, scale_out_bw=100 * _GB, default_precision="fp4",
