@@ -226,12 +226,14 @@ def test_rows_run_their_configs_step_budgets_where_read():
         ("llama3.1-8b", "offline"): 1536, ("llama3.1-8b", "server"): 1536, ("llama2-70b", "offline"): 1536,
         ("llama2-70b", "server"): 1536, ("llama2-70b", "interactive"): 256}
     # The v6.0 B300 nodes: 4,608 tokens (DeepSeek-R1, NVIDIA's and Nebius's Server runs both; Llama-2-70B),
-    # Llama-3.1-405B 1,536 / 1,024; no Llama-3.1-8B config is published.
+    # Llama-3.1-405B 1,536 / 1,024; no Llama-3.1-8B config of NVIDIA's is published; GigaComputing's
+    # Interactive runs 768 (Llama-2-70B) and 12,000 (Llama-3.1-8B).
     b300 = [r for r in RESULTS if r.hardware == "b300"]
     assert sorted((r.model, r.scenario, r.max_num_batched_tokens or 0) for r in b300) == [
         ("deepseek-r1", "offline", 4608), ("deepseek-r1", "server", 4608), ("deepseek-r1", "server", 4608),
-        ("llama2-70b", "offline", 4608), ("llama2-70b", "server", 4608), ("llama3.1-405b", "offline", 1536),
-        ("llama3.1-405b", "server", 1024), ("llama3.1-8b", "offline", 0), ("llama3.1-8b", "server", 0)]
+        ("llama2-70b", "interactive", 768), ("llama2-70b", "offline", 4608), ("llama2-70b", "server", 4608),
+        ("llama3.1-405b", "offline", 1536), ("llama3.1-405b", "server", 1024), ("llama3.1-8b", "interactive", 12000),
+        ("llama3.1-8b", "offline", 0), ("llama3.1-8b", "server", 0)]
     assert {r.max_num_batched_tokens for r in RESULTS if r.dataset and r not in v51 + dell + b300} == {None}
 
 

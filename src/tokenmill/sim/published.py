@@ -189,6 +189,7 @@ _GB300 = "GB300-NVL72_GB300-288GB_aarch64x72_TRT"
 _GB200 = "GB200-NVL72_GB200-186GB_aarch64x72_TRT"
 _DELL_NVL = "XE7740_H200_NVL_141GBx8_TRT"
 _B300 = "B300-SXM-270GBx8_TRT"
+_GIGA_B300 = "G894-SD3-AAX7_B300-SXM-270GBx8_TRT"
 
 
 def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: str, hw: str, n: int,
@@ -343,6 +344,13 @@ RESULTS: tuple[PublishedResult, ...] = (
             "deepseek-r1.py); at its limits (TPOT p99 79.7 of 80 ms), where NVIDIA's B300 run (11.53 QPS, TPOT p99 "
             "61.7 ms, TTFT p99 0.81 s) left both with slack",
             adp=(3, 9), whole_prompts=True, stream=20),
+    # GigaComputing's B300 node, the Interactive runs NVIDIA's node did not submit (configs closed/GigaComputing/
+    # configs/G894-SD3-AAX7_B300-SXM-270GBx8/Interactive/: TP1, Llama-2-70B batch 768 and 768 tokens, Llama-3.1-8B
+    # batch 6,000 and 12,000 tokens)
+    _mlperf(_V60, "GigaComputing", _GIGA_B300, "llama2-70b-99", "Interactive", "llama2-70b", "b300", 8, "fp4",
+            65464.82, "TP1 x8"),
+    _mlperf(_V60, "GigaComputing", _GIGA_B300, "llama3.1-8b", "Interactive", "llama3.1-8b", "b300", 8, "fp4",
+            128632.63, "TP1 x8"),
     # Dell's H200 NVL cards (PCIe, 600 W: the h200-nvl profile), TP1 x8 in every config
     _mlperf(_V60, "Dell", _DELL_NVL, "llama3.1-8b", "Offline", "llama3.1-8b", "h200-nvl", 8, "fp8", 53193.6, "TP1 x8"),
     _mlperf(_V60, "Dell", _DELL_NVL, "llama3.1-8b", "Server", "llama3.1-8b", "h200-nvl", 8, "fp8", 45075.81, "TP1 x8"),

@@ -47,6 +47,8 @@ MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
     ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-405b", "Server"): 1024,
     ("v6.0", "Nebius", "nebius_b300_n1", "deepseek-r1", "Server"): 4608,
+    ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama2-70b-99", "Interactive"): 768,
+    ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama3.1-8b", "Interactive"): 12000,
 }
 """The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the engine's 1,536-8,192)
 of the MLPerf v5.1 Llama-3.1-405B runs of NVIDIA and Nebius: ``closed/<org>/configs/<system without
@@ -57,6 +59,7 @@ XE7740_H200_NVL_141GBx8/<Scenario>/{llama3_1-8b,llama2-70b}.py`` (1,536 tokens, 
 256 beside a batch of 256); and NVIDIA's v6.0 B300 node, ``closed/NVIDIA/configs/B300-SXM-270GBx{8,1,2}/
 <Scenario>/{deepseek-r1,llama2-70b,llama3_1-405b}.py`` (DeepSeek-R1 and Llama-2-70B 4,608, the build
 flags' where the runtime's names more; Llama-3.1-405B 1,536 Offline and 1,024 Server, "reducing this to
-1024 to meet tpot"; its Llama-3.1-8B config is not published), and Nebius's B300 DeepSeek-R1 Server
-run, whose config is NVIDIA's. The other MLPerf rows keep the simulator's 8,192
+1024 to meet tpot"; its Llama-3.1-8B config is not published), Nebius's B300 DeepSeek-R1 Server
+run, whose config is NVIDIA's, and GigaComputing's B300 Interactive runs (Llama-2-70B 768 tokens, Llama-3.1-8B
+12,000). The other MLPerf rows keep the simulator's 8,192
 (``Deployment.max_num_batched_tokens``); their configs' budgets were not read in."""

@@ -59,6 +59,8 @@ MLPERF_KV_FREE_FRACTION: dict[tuple[str, str, str, str, str], float] = {
     ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-8b", "Offline"): 0.90,
     ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-8b", "Server"): 0.90,
     ("v6.0", "Nebius", "nebius_b300_n1", "deepseek-r1", "Server"): 0.95,
+    ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama2-70b-99", "Interactive"): 0.95,
+    ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama3.1-8b", "Interactive"): 0.90,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 0.95,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Server"): 0.90,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 0.95,

@@ -46,6 +46,8 @@ MLPERF_QUERIES: dict[tuple[str, str, str, str, str], int] = {
     ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-8b", "Offline"): 815_448,
     ("v6.0", "NVIDIA", "B300-SXM-270GBx8_TRT", "llama3.1-8b", "Server"): 668_400,
     ("v6.0", "Nebius", "nebius_b300_n1", "deepseek-r1", "Server"): 57_044,
+    ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama2-70b-99", "Interactive"): 294_912,
+    ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama3.1-8b", "Interactive"): 601_560,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 399_308,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Server"): 219_400,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 149_634,

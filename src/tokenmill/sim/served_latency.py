@@ -32,8 +32,9 @@ mlcommons/inference_results_v5.1 @965182b; they ran TensorRT-LLM of August 2025 
 that kernel generation (sim/kernels.py, whose scale they and the v6.0 records give).
 
 The dense records (``DENSE_RUNS``: Llama-3.1-8B, Llama-2-70B and Llama-3.1-405B, the Server rows of
-sim/published.py with logs, a modelled layout and a published config, and Dell's Llama-2-70B Interactive run,
-a Server run under tighter limits) are read the same way from the v6.0 repository,
+sim/published.py with logs, a modelled layout and a published config, and the Interactive runs of Dell's
+Llama-2-70B and GigaComputing's Llama-2-70B and Llama-3.1-8B, Server runs under tighter limits) are read the
+same way from the v6.0 repository,
 mlcommons/inference_results_v5.1 @965182b and mlcommons/inference_results_v4.1 @198fc46 (its configs:
 ``closed/NVIDIA/configs/llama2-70b/``). Each runs one TensorRT-LLM instance per TP group (TP1; TP2 on
 the H100; Llama-3.1-405B TP2 on GB300 and B300, TP4 on B200, its all-reduces fused), no attention DP; the
@@ -251,6 +252,12 @@ DENSE_RUNS: tuple[ServedRun, ...] = (
     ServedRun("NVIDIA", "B300-SXM-270GBx8_TRT", "b300", 8,
               2.31, 2.29, 8_313, 1_460.25, 118.82, 119.86, 128.00, 4_454.5, 2048, 1024,
               **{**_405B, "round": "v6.0"}, instance_gpus=2, parallel=_TP2),
+    # GigaComputing's B300 Interactive runs (v6.0; configs closed/GigaComputing/configs/G894-SD3-AAX7_B300-SXM-
+    # 270GBx8/Interactive/): Llama-2-70B TP1 (batch 768, 768 tokens), Llama-3.1-8B TP1 (batch 6,000, 12,000).
+    ServedRun("GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "b300", 8,
+              240.11, 238.01, 294_912, 65_464.82, 29.31, 29.18, 33.18, 117.4, 768, 768, **_70B, **_F95),
+    ServedRun("GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "b300", 8,
+              999.39, 997.15, 601_560, 128_632.63, 19.33, 19.44, 22.04, 54.9, 6000, 12000, **_8B),
     # Llama-3.1-405B, v5.1: the three runs with a layout the simulator models, on one C++ executor per
     # TP group (configs: NVIDIA's GB300 rack TP2, its GB200 rack and B200 node TP4; batch 2048, 256 and
     # 256, budgets 1,536, 2,048 and 2,048 tokens; sim/published_harness.py). Nebius's H200 run (TP8) is
