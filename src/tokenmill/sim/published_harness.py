@@ -50,7 +50,7 @@ MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
     ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama2-70b-99", "Interactive"): 768,
     ("v6.0", "GigaComputing", "G894-SD3-AAX7_B300-SXM-270GBx8_TRT", "llama3.1-8b", "Interactive"): 12000,
 }
-"""The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the engine's 1,536-8,192)
+"""The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the build flags': 256-12,000)
 of the MLPerf v5.1 Llama-3.1-405B runs of NVIDIA and Nebius: ``closed/<org>/configs/<system without
 _TRT>/<Scenario>/llama3_1-405b.py`` in mlcommons/inference_results_v5.1 @965182b (Nebius's H200 rows
 search their layout: its Offline config is TP4 PP2, not modelled, its Server config TP8; NVIDIA's B200
