@@ -331,8 +331,8 @@ def test_gemm_fraction_per_precision_replaces_the_default_for_that_precision_onl
     assert compute(slow_fp8, "bf16") == compute(plain, "bf16") == compute(h100, "bf16")
     # The profiles' default: the fitted low-precision fractions (hardware.py LOW_PRECISION_GEMM).
     assert h100.efficiency.gemm_for("fp8") == 0.52 and h100.efficiency.gemm_for("bf16") == 0.7
-    # The GB300 alone has an FP4 fraction of its own (hardware.py GB300_FP4_GEMM, fitted on its racks' runs),
-    # below the one the B200 and GB200 share; its FP8 and bf16 fractions are theirs.
+    # Blackwell Ultra (GB300, and the B300 with it) has an FP4 fraction of its own (hardware.py GB300_FP4_GEMM,
+    # fitted on the GB300 racks' runs), below the one the B200 and GB200 share; its FP8 and bf16 fractions are theirs.
     gb300, gb200 = get_hardware("gb300").efficiency, get_hardware("gb200").efficiency
     assert gb300.gemm_for("fp4") == 0.26 < gb200.gemm_for("fp4") == get_hardware("b200").efficiency.gemm_for("fp4")
     assert gb300.gemm_for("fp8") == gb200.gemm_for("fp8") and gb300.gemm_for("bf16") == gb200.gemm_for("bf16")
