@@ -55,6 +55,10 @@ NUM_THREADS = 1
 # the batch shape. These tests assert exact greedy text across batch compositions;
 # bf16 quality is measured in test_quantization.py.
 DTYPE = "float32"
+# Idle connections stay open this long on every test server: the SDK clients here run with
+# max_retries=0, so a request sent on a pooled connection just as the server closed it (uvicorn's
+# default closes after 5 s idle) would fail a test with no fault in the code under test.
+TEST_KEEP_ALIVE_S = 600
 # Main server: small context so "prompt too long" is cheap, room for 32 streams;
 # tool_choice "auto" on (it changes only requests that send tools).
 MAIN_SERVER_ARGS = ("--max-model-len", "512", "--num-kv-blocks", "256", "--num-threads", str(NUM_THREADS),
@@ -94,7 +98,8 @@ class ServerProcess:
 def start_server(args: tuple[str, ...], log_path: Path) -> ServerProcess:
     """Start ``tokenmill serve --port 0`` and wait for its banner and /health."""
     with open(log_path, "w") as log_file:  # a file, not a pipe: a full pipe would block the server
-        proc = subprocess.Popen([sys.executable, "-m", "tokenmill.cli", "serve", "--port", "0", *args],
+        proc = subprocess.Popen([sys.executable, "-m", "tokenmill.cli", "serve", "--port", "0",
+                                 "--timeout-keep-alive", str(TEST_KEEP_ALIVE_S), *args],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + SERVER_START_TIMEOUT_S
     url = None

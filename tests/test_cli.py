@@ -24,7 +24,8 @@ def _run(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
     ((), ("serve", "generate")),
     (("serve",), ("--model", "--host", "--port", "--api-key", "--max-body-bytes", "--max-tokens-limit",
                   "--enable-prefix-caching", "--no-enable-prefix-caching", "--max-waiting-requests",
-                  "--kv-cache-memory-gib", "--served-model-name", "--quantization", "--log-level")),
+                  "--kv-cache-memory-gib", "--served-model-name", "--quantization", "--log-level",
+                  "--timeout-keep-alive")),
     (("generate",), ("--prompts-file", "--chat", "--max-tokens", "--temperature", "--top-p", "--top-k",
                      "--seed", "--stop", "--model", "--dtype")),
 ])
@@ -61,6 +62,12 @@ def test_bad_flag_value_exits_nonzero_without_traceback():
     result = _run("serve", "--block-size", "0", "--port", "0", timeout=60)
     assert result.returncode != 0
     assert "block_size" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_bad_keep_alive_names_the_flag():
+    result = _run("serve", "--timeout-keep-alive", "0", "--port", "0", timeout=60)
+    assert result.returncode != 0
+    assert "timeout_keep_alive" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_load_prompts_file_formats(tmp_path):

@@ -7,6 +7,9 @@ same (chat-templated) prompt, streamed or not, alone or among 32 streams.
 from __future__ import annotations
 
 import asyncio
+import http.client
+import time
+from urllib.parse import urlsplit
 
 import httpx
 import openai
@@ -28,6 +31,25 @@ def test_health_and_models(server, client):
     cards = client.models.list().data
     assert [c.id for c in cards] == ["SmolLM2-135M-Instruct"]
     assert cards[0].model_extra["max_model_len"] == 512
+
+
+def test_idle_connection_outlives_uvicorns_default_keep_alive(server):
+    """--timeout-keep-alive reaches uvicorn: one connection serves two requests 5.5 s apart
+    (with uvicorn's default 5 s the server would have closed it and the second read gets EOF)."""
+    url = urlsplit(server.url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    try:
+        sockets = []
+        for gap_s in (0.0, 5.5):
+            time.sleep(gap_s)
+            conn.request("GET", "/health")  # a closed connection: RemoteDisconnected on the read
+            response = conn.getresponse()
+            assert response.status == 200 and not response.will_close
+            response.read()
+            sockets.append(conn.sock)
+        assert sockets[0] is sockets[1]  # the one connection, not a silent reconnect
+    finally:
+        conn.close()
 
 
 def test_banner_reports_engine(server):

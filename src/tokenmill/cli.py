@@ -98,6 +98,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
                             stream_interval=args.stream_interval, log_level=args.log_level,
                             shutdown_timeout_s=args.shutdown_timeout,
+                            timeout_keep_alive_s=args.timeout_keep_alive,
                             cluster=cluster_options_from_args(args),
                             tool_config=ToolConfig(args.enable_auto_tool_choice, args.tool_call_parser),
                             reasoning_parser=args.reasoning_parser)

@@ -149,6 +149,10 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
                    help="on SIGTERM or Ctrl-C: stop accepting connections, let in-flight requests finish for up "
                         "to this long, then end the rest with an error and stop the engine (and the Ray instance "
                         "it started); default 30, 0 ends them at once")
+    g.add_argument("--timeout-keep-alive", type=float, default=5.0, metavar="SECONDS",
+                   help="close a client's HTTP connection after it has been idle this long (default 5, "
+                        "uvicorn's); raise it when clients pool connections and do not retry, since a request "
+                        "sent just as the server closes its idle connection fails with a connection error")
     t = parser.add_argument_group("chat output (tools, reasoning)")
     t.add_argument("--enable-auto-tool-choice", action="store_true",
                    help='serve tool_choice "auto": the model decides whether to call the request\'s tools and '
@@ -257,3 +261,5 @@ def check_server_args(args: argparse.Namespace) -> None:
     ToolConfig(args.enable_auto_tool_choice, args.tool_call_parser)  # ValueError naming the flag
     if not args.shutdown_timeout >= 0:
         raise ValueError(f"shutdown_timeout: must be >= 0 seconds, got {args.shutdown_timeout}")
+    if not args.timeout_keep_alive > 0:
+        raise ValueError(f"timeout_keep_alive: must be > 0 seconds, got {args.timeout_keep_alive}")

@@ -34,6 +34,8 @@ class ServerOptions:
     shutdown_timeout_s: float = 30.0
     """Drain on SIGTERM/SIGINT: uvicorn stops accepting and waits this long for
     in-flight requests (streams included) before it cancels them."""
+    timeout_keep_alive_s: float = 5.0
+    """An idle client connection is closed after this long (uvicorn's default)."""
     cluster: object | None = None
     """cluster.launch.ClusterOptions; with workers > 1 the engine is a ClusterEngine on Ray."""
     tool_config: ToolConfig | None = None
@@ -109,7 +111,8 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
                         tool_config=options.tool_config, reasoning_parser=options.reasoning_parser)
         print(banner(engine, url_of(sock)), flush=True)
         uv_config = uvicorn.Config(app, log_level=options.log_level,
-                                   timeout_graceful_shutdown=options.shutdown_timeout_s)
+                                   timeout_graceful_shutdown=options.shutdown_timeout_s,
+                                   timeout_keep_alive=options.timeout_keep_alive_s)
         uvicorn.Server(uv_config).run(sockets=[sock])
     finally:
         engine.shutdown()
