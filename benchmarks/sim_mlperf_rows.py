@@ -17,6 +17,7 @@ import argparse
 import time
 from pathlib import Path
 
+from tokenmill.sim.hardware import get_hardware, get_hardware_with_tile_rule
 from tokenmill.sim.published import RESULTS, PublishedResult
 from tokenmill.sim.validate import table, validate
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--num-requests", type=int, default=500)
     ap.add_argument("--out", required=True, help="the Markdown table, rewritten after every row")
+    ap.add_argument("--tile-rule", action="store_true",
+                    help="the GPU profiles under the tile rule (`tokenmill sim --tile-rule`, sim/gemm_tiles.py)")
     args = ap.parse_args(argv)
     picks = [s.split(":") for s in args.rows or ["deepseek-r1:v6.0:offline,server", "llama3.1-405b"]]
 
@@ -57,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{time.time() - start:6.0f} s  {r.model} {r.hardware} x{r.num_gpus} {r.scenario} {_round(r)}: "
               f"{figure}", flush=True)
 
-    validate(num_requests=args.num_requests, rows=rows, jobs=args.jobs, on_row=on_row)
+    validate(num_requests=args.num_requests, rows=rows, jobs=args.jobs, on_row=on_row,
+             hardware_for=get_hardware_with_tile_rule if args.tile_rule else get_hardware)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from tokenmill.sim.cli_args import DEFAULT_NUM_REQUESTS
-from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.hardware import get_hardware, with_tile_rule
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -32,6 +32,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     model = args.model or "llama3.1-8b"
     kernels = _kernels(args)  # before this-machine's profile is loaded: refused there either way
     arch, hw = get_model(model), get_hardware(args.hardware)
+    if args.tile_rule:
+        hw = with_tile_rule(hw)
     if args.price_per_gpu_hour is not None:
         hw = replace(hw, price_per_hour=args.price_per_gpu_hour)
     deployment = _deployment(args, hw, kernels)

@@ -89,6 +89,11 @@ def _add_deployment_args(g) -> None:
                    help="TensorRT-LLM's kernel generation, by MLPerf round, on the GPU profiles: v6.0 (default; the "
                         "cost model as fitted, early 2026) or v5.1 (August 2025: every step 1.52x as long, read in "
                         "the published v5.1 DeepSeek-R1 Server logs against the v6.0 ones; docs/SIMULATOR.md)")
+    g.add_argument("--tile-rule", action="store_true",
+                   help="price the dense (Llama-family) layers' GEMMs by their tiles and waves on the GPU's SMs "
+                        "(padded rows, idle SMs in a last wave; split-K where tiles are few) at fractions refitted "
+                        "for it: slower small steps and small models; off by default, as it moves the published "
+                        "Offline rows away while it brings the small Server steps closer (docs/SIMULATOR.md)")
     g.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                    help="every step launches its kernels from the host instead of replaying a CUDA graph (vLLM's "
                         "--enforce-eager): each step's launches (--eager-layer-ms per layer) overlap its device "

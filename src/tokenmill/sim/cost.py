@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tokenmill.model.protocol import ArchInfo
+from tokenmill.sim.gemm_tiles import device_gemms, tile_factor
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.models import ModelShape, model_shape
 from tokenmill.sim.shapes import StepShape
@@ -133,6 +134,9 @@ class StepCost:
     expert_format: str | None = None
     """The routed experts' checkpoint format where the model keeps one (``ModelShape.expert_precision``):
     their GEMMs then compute as ``expert_compute_precision`` says, not at the deployment's precision."""
+    tiled_gemms: tuple[tuple[int, int, int, int], ...] = ()
+    """The device's GEMMs the tile rule prices, as (rows, n, k, calls) (sim/gemm_tiles.py
+    ``device_gemms``): the dense layers' and the LM head's; empty for MoE and MLA models."""
     attention_precision: str = "bf16"
     """What attention computes in: 'fp8' over an FP8 KV cache (Q quantized too, FP8
     MMA), else 'bf16' (``step_time`` falls back to bf16 where the device has no FP8)."""
@@ -387,7 +391,24 @@ def shape_step_cost(s: ModelShape, shape: StepShape, parallel: Parallel, precisi
                     num_collectives=calls, devices=p.devices,
                     sequences=shape.num_decodes + len(shape.prefills),
                     decode_only=not shape.prefills and shape.tokens_per_decode == 1, rows=shape.num_tokens,
+                    tiled_gemms=device_gemms(s.layer_gemms, s.num_layers, (s.vocab, s.hidden), r.rows,
+                                             r.logit_rows, p.dp, p.attn_tp),
                     attention_precision="fp8" if kv_dtype_bytes == 1 else "bf16")
+
+
+def _tiled_gemms_s(cost: StepCost, hardware: Hardware, precision: str) -> float:
+    """Seconds to add to the flat-fraction compute for the GEMMs the tile rule prices
+    (``cost.tiled_gemms``, sim/gemm_tiles.py): their FLOPs at the tiled fraction over the useful
+    share their tiles and waves leave, less what the flat fraction charged them; 0 where the
+    profile does not price tiles (``Efficiency.tile_rule`` off, the default; no SM count or tile: CPUs,
+    calibrated profiles) or the model lists no GEMM shapes."""
+    eff, tile = hardware.efficiency, hardware.gemm_tile
+    if not (eff.tile_rule and cost.tiled_gemms and hardware.sms and tile):
+        return 0.0
+    flops = 2.0 * sum(m * n * k * calls for m, n, k, calls in cost.tiled_gemms)
+    useful = tile_factor(cost.tiled_gemms, hardware.sms, tile)
+    return flops / hardware.flops[precision] * (1.0 / (eff.tiled_gemm_for(precision) * useful)
+                                                - 1.0 / eff.gemm_for(precision))
 
 
 def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduce: bool = False) -> StepTime:
@@ -415,7 +436,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     rows per expert read far below the rate dense layers reach), the rest at ``eff.memory``.
     GEMMs run at ``precision``, the routed experts' at ``expert_compute_precision`` where the
     model keeps its experts' own format; attention at ``cost.attention_precision`` where the
-    device has it (FP8 over an FP8 KV cache), else bf16. A replica larger than the
+    device has it (FP8 over an FP8 KV cache), else bf16. Under the tile rule (``--tile-rule``) the
+    dense layers' GEMMs lose what their tiles and waves leave idle (``_tiled_gemms_s``). A replica larger than the
     NVLink domain communicates at scale-out bandwidth."""
     if precision not in hardware.flops:
         raise ValueError(f"--precision: {hardware.name} has no {precision!r} tensor cores; "
@@ -428,6 +450,7 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     if expert_precision != precision:  # the experts' FLOPs at their own rate
         compute += cost.expert_gemm_flops * (1 / (hardware.flops[expert_precision] * eff.gemm_for(expert_precision))
                                              - 1 / (hardware.flops[precision] * eff.gemm_for(precision)))
+    compute += _tiled_gemms_s(cost, hardware, precision)
     experts = cost.expert_weight_bytes / (eff.expert_stream or eff.memory)
     memory = (experts + (cost.memory_bytes - cost.expert_weight_bytes) / eff.memory) / hardware.memory_bw
     link = (hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw) * eff.comm

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields, replace
 
+from tokenmill.sim.gemm_tiles import BLACKWELL_SMS, BLACKWELL_TILE, BLACKWELL_ULTRA_SMS, HOPPER_SMS, HOPPER_TILE
+
 PRECISIONS = ("fp32", "bf16", "fp8", "fp4")
 
 
@@ -28,6 +30,15 @@ attention (were 0.46 and 0.27 under the max rule). Checked on other rows: docs/S
 FP4's 0.30 of 9 PFLOP/s (2.7 PFLOP/s on a B200) is only 1.15x FP8's 0.52 of 4.5: these runs
 gain little compute from FP4, as the published small-batch FP4 GEMM figures
 (docs/SIMULATOR.md) lead to expect."""
+
+TILED_GEMM = {"fp8": 0.52, "fp4": 0.33}
+"""The FP8 and FP4 fractions of GEMMs the tile rule prices (the Llama family's: sim/gemm_tiles.py),
+before their tiles' and waves' losses, in place of ``LOW_PRECISION_GEMM``, whose flat fractions hold
+the fitted rows' typical loss and stay for the GEMMs the rule does not price (MoE experts, MLA).
+Fitted the same way on the same source (benchmarks/sim_fit_gemm.py, 2026-11-30, with the rule): FP8
+on 16 H100/H200 rows (0.88-1.14; the same 0.52: those rows' steps fill their waves), FP4 on 9
+B200/GB200 rows (0.96-1.26; 0.33 where the flat fit is 0.30: at 148 SMs these rows' GEMMs lose about
+a tenth of their time to padded tiles and idle SMs, which the flat fraction held)."""
 
 FP8_ATTENTION = 0.4
 """Attention's fraction of the FP8 dense peak where it computes in FP8 (an FP8 KV cache, the
@@ -48,6 +59,12 @@ of its peak (CUTLASS at 8192 x 8192 x 33024, two runs in HazyResearch/ThunderKit
 about a B200's 0.63 (DeepGEMM PR 348), while serving-sized ones were "far from" its limit (flashinfer
 PR 2303: 3.9 PFLOP/s at 256 rows) and one port ran slower on a B300 than the SM100 kernel at every
 shape (flashinfer PR 4866). Checked on the other GB300 rows: docs/SIMULATOR.md."""
+
+GB300_TILED_FP4 = 0.28
+"""The GB300's FP4 fraction of the GEMMs the tile rule prices (``TILED_GEMM``'s FP4 on the GB200 is
+0.33), refitted the same way (benchmarks/sim_fit_gb300.py, 2026-11-30, with the rule at 160 SMs
+against the GB200's 148): the two racks' errors agree at 0.90 and 0.94 (Llama-2-70B, Llama-3.1-405B;
+GB200 0.91 and 0.95). ``GB300_FP4_GEMM`` stays the flat fraction of the GEMMs the rule does not price."""
 
 EXPERT_WEIGHT_STREAM = 0.23
 """The fraction of HBM bandwidth at which MoE layers stream their routed experts' weights
@@ -95,6 +112,10 @@ class Efficiency:
     tensor-core peaks are 2x and 4x bf16's, and kernels reach a smaller share of them
     (activation quantization and block-scale epilogues run beside the MMA). Default:
     ``LOW_PRECISION_GEMM``; empty: ``gemm`` for every precision."""
+    tiled_gemm_by_precision: dict[str, float] = field(default_factory=dict, hash=False)
+    """Under ``tile_rule``, the fraction for the precisions listed of the GEMMs the rule prices,
+    before their tile losses, in place of ``gemm_for``'s flat one: ``TILED_GEMM`` on the datasheet
+    GPUs; empty: ``gemm_for``."""
     memory: float = 0.75
     """Weight-streaming GEMV/skinny-GEMM kernels reach ~70-80% of HBM peak (0.76 measured above)."""
     attention: float = 0.5
@@ -139,6 +160,12 @@ class Efficiency:
     published runs; in a Python engine such as ours it can be what makes a
     small model's step grow with the batch (on the H200, graph decode steps
     grew ~20 us per sequence; ``tokenmill sim calibrate`` fits it)."""
+    tile_rule: bool = False
+    """Price the dense layers' GEMMs by the tile rule (sim/gemm_tiles.py, ``Hardware.sms`` and
+    ``Hardware.gemm_tile``) at ``tiled_gemm_by_precision``: ``tokenmill sim --tile-rule``
+    (``with_tile_rule``). Off by default: on the validation table it moves the small Server and
+    Interactive steps toward the published ones and the Offline rows away (docs/SIMULATOR.md
+    "GEMM tiles on the SMs")."""
     collective_latency_s: float = 8e-6
     """Latency floor of one collective call (all-reduce / all-to-all) on NVLink:
     small-message NCCL or custom all-reduce takes a few microseconds regardless
@@ -146,6 +173,9 @@ class Efficiency:
 
     def gemm_for(self, precision: str) -> float:
         return self.gemm_by_precision.get(precision, self.gemm)
+
+    def tiled_gemm_for(self, precision: str) -> float:
+        return self.tiled_gemm_by_precision.get(precision, self.gemm_for(precision))
 
     def attention_for(self, precision: str) -> float:
         return self.attention_by_precision.get(precision, self.attention)
@@ -160,7 +190,7 @@ class Efficiency:
         values = {name: getattr(self, name) for name in ("gemm", "memory", "attention", "comm")}
         if self.expert_stream is not None:
             values["expert_stream"] = self.expert_stream
-        for table in ("gemm_by_precision", "attention_by_precision"):
+        for table in ("gemm_by_precision", "tiled_gemm_by_precision", "attention_by_precision"):
             by_precision = getattr(self, table)
             values.update({f"{table}[{k}]": v for k, v in by_precision.items()})
             if set(by_precision) - set(PRECISIONS):
@@ -203,6 +233,12 @@ class Hardware:
     """KV cache per device that the engine on this device allocates by default (``this-machine``:
     our engine's, 1 GiB on a CPU, read by ``tokenmill sim calibrate``); None: what ``memory_fraction``
     of ``memory_bytes`` leaves after the weights (the datasheet profiles)."""
+    sms: int | None = None
+    """Streaming multiprocessors per device: the waves of the tile rule (sim/gemm_tiles.py); None
+    where the profile has no such figure (CPUs)."""
+    gemm_tile: tuple[int, int] | None = None
+    """(rows, columns) of the output tile one SM computes in the architecture's serving GEMM kernels:
+    the tile rule's tiles; None with ``sms``."""
     overlap: bool = True
     """Compute and memory traffic overlap (GPUs: tensor cores and HBM run at
     once), so a step's forward takes sqrt(compute^2 + memory^2): the larger of
@@ -220,6 +256,12 @@ class Hardware:
         if unknown or not self.flops or any(v <= 0 for v in self.flops.values()):
             raise ValueError(f"hardware {self.name}: flops must map some of {PRECISIONS} to rates > 0, "
                              f"got {self.flops}")
+        if self.sms is not None and self.sms < 1:
+            raise ValueError(f"hardware {self.name}: sms must be >= 1, got {self.sms}")
+        if self.gemm_tile is not None:  # a JSON profile gives a list
+            object.__setattr__(self, "gemm_tile", tuple(self.gemm_tile))
+            if len(self.gemm_tile) != 2 or min(self.gemm_tile) < 1:
+                raise ValueError(f"hardware {self.name}: gemm_tile must be two positive sizes, got {self.gemm_tile}")
         if self.kv_cache_bytes is not None and self.kv_cache_bytes <= 0:
             raise ValueError(f"hardware {self.name}: kv_cache_bytes must be > 0, got {self.kv_cache_bytes}")
         if self.default_precision not in self.flops:
@@ -259,8 +301,9 @@ _HARNESS_VRAM = ("memory in GiB as NVIDIA's MLPerf harness states it, the rated 
 _TB = 1e12
 _T = 1e12  # TFLOP/s
 _P = 1e15  # PFLOP/s
-_GPU_EFFICIENCY = Efficiency(eager_layer_s=EAGER_LAYER_S)
-"""The datasheet GPUs' factors: the defaults, and a price for launches without CUDA graphs."""
+_GPU_EFFICIENCY = Efficiency(eager_layer_s=EAGER_LAYER_S, tiled_gemm_by_precision=dict(TILED_GEMM))
+"""The datasheet GPUs' factors: the defaults, a price for launches without CUDA graphs, and the
+fractions of the tile rule (off unless asked for: ``with_tile_rule``)."""
 
 _HOPPER_FLOPS = {"fp32": 66.9 * _T, "bf16": 989.4 * _T, "fp8": 1978.9 * _T}
 _HOPPER_SOURCES = (
@@ -273,7 +316,9 @@ _HOPPER_SOURCES = (
 )
 
 H100 = Hardware(
-    name="h100", efficiency=_GPU_EFFICIENCY, memory_bytes=80 * _GIB, memory_bw=3.35 * _TB, flops=dict(_HOPPER_FLOPS),
+    name="h100", efficiency=_GPU_EFFICIENCY, memory_bytes=80 * _GIB, memory_bw=3.35 * _TB,
+    sms=HOPPER_SMS, gemm_tile=HOPPER_TILE,
+    flops=dict(_HOPPER_FLOPS),
     interconnect_bw=450 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=2.69,
     sources=_HOPPER_SOURCES + (_HARNESS_VRAM,
@@ -283,7 +328,9 @@ H100 = Hardware(
 )
 
 H200 = Hardware(
-    name="h200", efficiency=_GPU_EFFICIENCY, memory_bytes=141 * _GIB, memory_bw=4.8 * _TB, flops=dict(_HOPPER_FLOPS),
+    name="h200", efficiency=_GPU_EFFICIENCY, memory_bytes=141 * _GIB, memory_bw=4.8 * _TB,
+    sms=HOPPER_SMS, gemm_tile=HOPPER_TILE,
+    flops=dict(_HOPPER_FLOPS),
     interconnect_bw=450 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=4.54,
     sources=_HOPPER_SOURCES + (_HARNESS_VRAM,
@@ -301,6 +348,7 @@ H200_NVL_PEAK_SCALE = 1671 / 1979
 
 H200_NVL = Hardware(
     name="h200-nvl", efficiency=_GPU_EFFICIENCY, memory_bytes=141 * _GIB, memory_bw=4.8 * _TB,
+    sms=HOPPER_SMS, gemm_tile=HOPPER_TILE,
     flops={"fp32": 60 * _T, **{k: v * H200_NVL_PEAK_SCALE for k, v in _HOPPER_FLOPS.items() if k != "fp32"}},
     interconnect_bw=450 * _GB, scale_up_size=4, scale_out_bw=50 * _GB, default_precision="fp8",
     price_per_hour=2.83,
@@ -323,6 +371,7 @@ _NVLINK5 = ("NVLink 5: 1.8 TB/s bidirectional per GPU = 900 GB/s per direction "
 
 B200 = Hardware(
     name="b200", efficiency=_GPU_EFFICIENCY, memory_bytes=180 * _GIB, memory_bw=8 * _TB,
+    sms=BLACKWELL_SMS, gemm_tile=BLACKWELL_TILE,
     flops={"fp32": 75 * _T, "bf16": 2.25 * _P, "fp8": 4.5 * _P, "fp4": 9 * _P},
     interconnect_bw=900 * _GB, scale_up_size=8, scale_out_bw=50 * _GB, default_precision="fp4",
     price_per_hour=6.03,
@@ -340,6 +389,7 @@ B200 = Hardware(
 
 GB200 = Hardware(
     name="gb200", efficiency=_GPU_EFFICIENCY, memory_bytes=186 * _GIB, memory_bw=8 * _TB,
+    sms=BLACKWELL_SMS, gemm_tile=BLACKWELL_TILE,
     flops={"fp32": 90 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 10 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=50 * _GB, default_precision="fp4",
     price_per_hour=4.54,
@@ -356,12 +406,14 @@ GB200 = Hardware(
     ),
 )
 
-_BLACKWELL_ULTRA_EFFICIENCY = replace(_GPU_EFFICIENCY, gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM})
+_BLACKWELL_ULTRA_EFFICIENCY = replace(_GPU_EFFICIENCY,
+                                      gemm_by_precision={**LOW_PRECISION_GEMM, "fp4": GB300_FP4_GEMM},
+                                      tiled_gemm_by_precision={**TILED_GEMM, "fp4": GB300_TILED_FP4})
 """Blackwell Ultra's (the GB300's and the B300's chip, compute capability 10.3): its own FP4 GEMM fraction."""
 
 GB300 = Hardware(
     name="gb300",
-    efficiency=_BLACKWELL_ULTRA_EFFICIENCY,
+    efficiency=_BLACKWELL_ULTRA_EFFICIENCY, sms=BLACKWELL_ULTRA_SMS, gemm_tile=BLACKWELL_TILE,
     memory_bytes=277 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 80 * _T, "bf16": 2.5 * _P, "fp8": 5 * _P, "fp4": 15 * _P},
     interconnect_bw=900 * _GB, scale_up_size=72, scale_out_bw=100 * _GB, default_precision="fp4",
@@ -381,7 +433,7 @@ GB300 = Hardware(
 
 B300 = Hardware(
     name="b300",
-    efficiency=_BLACKWELL_ULTRA_EFFICIENCY,
+    efficiency=_BLACKWELL_ULTRA_EFFICIENCY, sms=BLACKWELL_ULTRA_SMS, gemm_tile=BLACKWELL_TILE,
     memory_bytes=268 * _GIB, memory_bw=8 * _TB,
     flops={"fp32": 75 * _T, "bf16": 2.25 * _P, "fp8": 4.5 * _P, "fp4": 13.125 * _P},
     interconnect_bw=900 * _GB, scale_up_size=8, scale_out_bw=100 * _GB, default_precision="fp4",
@@ -417,3 +469,20 @@ def get_hardware(name: str) -> Hardware:
         return HARDWARE[name]
     except KeyError:
         raise ValueError(f"--hardware: unknown {name!r}; choose from {sorted(HARDWARE)} or this-machine") from None
+
+
+def with_tile_rule(hardware: Hardware) -> Hardware:
+    """``hardware`` pricing the dense layers' GEMMs by the tile rule (``Efficiency.tile_rule``,
+    sim/gemm_tiles.py): ``tokenmill sim --tile-rule``. ValueError for a profile without an SM
+    count, a GEMM tile and fractions fitted under the rule (a CPU; a calibrated profile, whose
+    measured fraction already holds its kernels' losses)."""
+    if not (hardware.sms and hardware.gemm_tile and hardware.efficiency.tiled_gemm_by_precision):
+        raise ValueError(f"--tile-rule: {hardware.name} has no SM count, GEMM tile and tiled fractions to price "
+                         f"tiles by (the datasheet GPUs have: {sorted(HARDWARE)})")
+    return replace(hardware, efficiency=replace(hardware.efficiency, tile_rule=True))
+
+
+def get_hardware_with_tile_rule(name: str) -> Hardware:
+    """``get_hardware(name)`` under the tile rule: a module-level ``hardware_for`` for
+    ``sim.validate.validate`` over processes (benchmarks/sim_mlperf_rows.py ``--tile-rule``)."""
+    return with_tile_rule(get_hardware(name))

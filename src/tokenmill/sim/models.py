@@ -196,6 +196,10 @@ class ModelShape:
     expert_precision: str | None = None
     """The routed experts' own format (gpt-oss: "mxfp4"), kept whatever the deployment's
     precision; None: the experts follow it like every other weight."""
+    layer_gemms: tuple[tuple[int, int, bool], ...] = ()
+    """One decoder layer's GEMMs as (n, k, column_parallel): output width, input width, and
+    whether tensor parallelism splits the output (else the input). What the tile rule prices
+    (sim/gemm_tiles.py); empty for the MoE and MLA models, whose GEMMs keep the flat fraction."""
 
     @property
     def dense_params(self) -> int:
@@ -261,6 +265,9 @@ def _llama_shape(a: ModelArch) -> ModelShape:
         pair_flops_decode=4 * q, pair_flops_prefill=4 * q, prefix_flops_per_token=0,
         attention_io=(h + q + 2 * kv) + (q + h), dense_mlp_io=0 if moe else mlp_io,
         expert_io=expert_io, shared_io=0,
+        # qkv and gate+up split their outputs over TP, o and down their inputs.
+        layer_gemms=() if moe else ((q + 2 * kv, h, True), (h, q, False), (2 * a.intermediate_size, h, True),
+                                    (h, a.intermediate_size, False)),
     )
 
 

@@ -440,7 +440,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,
                    "fused_allreduce": d.fused_allreduce, "chunked_prefill": d.chunked_prefill,
                    "overlap_scheduler": d.overlap_scheduler, "kernels": d.kernels,
-                   "cuda_graphs": d.cuda_graphs,
+                   "cuda_graphs": d.cuda_graphs, "tile_rule": hw.efficiency.tile_rule,
                    "eager_step_ms": None if d.cuda_graphs else hw.efficiency.eager_step_overhead_s * 1e3,
                    "host_stream_rate": d.host_stream_rate,
                    "stream_interval": d.stream_interval if d.host_stream_rate else None,

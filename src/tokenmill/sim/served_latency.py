@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokenmill.sim.cost import Parallel, step_cost, step_time
-from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.hardware import Hardware, get_hardware
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.mlperf_lengths import dataset_means, length_draws
 from tokenmill.sim.models import get_model
@@ -318,7 +318,8 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
                         step_at_published_batch(run))
 
 
-def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> float:
+def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0,
+                             hardware: Hardware | None = None) -> float:
     """The cost model's mean step (ms) on one instance of ``run`` holding the run's own sequences
     in flight (``ServedRun.in_flight``), as the published mean TPOT is the run's mean step; at
     the run's kernel generation (sim/kernels.py: ``replace(run, kernels="v6.0")`` for the bare model's).
@@ -330,8 +331,9 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0) -> 
     (the DeepSeek-R1 configs do not chunk prompts), or, where the config chunks them, in first-come
     first-served chunks filling what the step's decodes leave of its budget (``_fill_budget``; the
     Llama-3.1-8B and Llama-2-70B budgets hold a step's mean arrivals whole, Llama-3.1-405B's 1,536-2,048
-    tokens a sixth of its mean prompt), over enough steps for 200 arrivals at least."""
-    arch, hw = get_model(run.model), get_hardware(run.hardware)
+    tokens a sixth of its mean prompt), over enough steps for 200 arrivals at least. ``hardware``: a
+    profile in place of the run's (benchmarks/sim_tile_steps.py prices the steps without the tile rule)."""
+    arch, hw = get_model(run.model), hardware or get_hardware(run.hardware)
     _, _, osl_max = dataset_means(run.model)
     prompt, output = length_draws(run.model, run.output_mean, osl_max)
     rng = np.random.default_rng(seed)
