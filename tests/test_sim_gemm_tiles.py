@@ -131,3 +131,5 @@ def test_cli_tile_rule_prices_a_small_models_prompt_steps_slower_and_says_so(cap
     flat, tiled = run(), run("--tile-rule")
     assert (flat["config"]["tile_rule"], tiled["config"]["tile_rule"]) == (False, True)
     assert tiled["tokens_per_s"] < flat["tokens_per_s"]
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "b200", "--num-requests", "20", "--tile-rule"]) == 0
+    assert "fp4, tile rule)" in capsys.readouterr().out.splitlines()[0]

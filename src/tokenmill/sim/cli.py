@@ -334,7 +334,8 @@ def _table(f: dict) -> str:
     if c.get("host_stream_rate"):
         sched += f"; host {c['host_stream_rate']:,.0f} responses/s, stream interval {c['stream_interval']}"
     lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
-             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}{pools}{sched})",
+             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}"
+             f"{', tile rule' if c.get('tile_rule') else ''}{pools}{sched})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
              f"  tokens/s           {f['tokens_per_s']:,.0f}"]
     if f["qps"] is not None:
