@@ -318,7 +318,7 @@ def test_gemm_fraction_per_precision_replaces_the_default_for_that_precision_onl
 
     from tokenmill.sim.hardware import Efficiency
 
-    arch, h100 = get_model("llama3.1-8b"), replace(get_hardware("h100"), sms=None)  # the flat fractions alone
+    arch, h100 = get_model("llama3.1-8b"), get_hardware("h100")
     prefill = StepShape(prefills=(PrefillChunk(4096, 0),))
     plain = replace(h100, efficiency=replace(h100.efficiency, gemm_by_precision={}))  # 0.7 for every precision
     slow_fp8 = replace(h100, efficiency=replace(h100.efficiency, gemm_by_precision={"fp8": 0.35}))
@@ -370,7 +370,7 @@ def test_attention_over_an_fp8_kv_cache_computes_in_fp8():
     fp8_kv, bf16_kv = (step_cost(arch, long_chunk, Parallel(), "fp8", kv) for kv in (1, 2))
     assert (fp8_kv.attention_precision, bf16_kv.attention_precision) == ("fp8", "bf16")
     assert fp8_kv.attention_flops == bf16_kv.attention_flops
-    no_gemm = replace(fp8_kv, gemm_flops=0.0, tiled_gemms=())  # attention alone: no GEMM, no tile loss
+    no_gemm = replace(fp8_kv, gemm_flops=0.0)
     attention_s = step_time(no_gemm, h100, "fp8").compute_s
     assert attention_s == pytest.approx(no_gemm.attention_flops / (h100.flops["fp8"] * FP8_ATTENTION))
     bf16_s = step_time(replace(no_gemm, attention_precision="bf16"), h100, "fp8").compute_s
