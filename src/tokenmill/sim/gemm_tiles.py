@@ -17,7 +17,10 @@ tile_cols) output tile per SM:
 - the work units (tiles x splits) run in waves over the SMs; the last wave's idle SMs and the
   padded rows and columns are the loss.
 ``tile_factor`` is the useful share of the tensor cores' time over a list of GEMMs weighted by
-their work: cost.step_time divides the tiled GEMMs' compute time by it.
+their work: cost.step_time divides the tiled GEMMs' compute time by it. The rule is off unless
+asked for (``tokenmill sim --tile-rule``, hardware.py ``with_tile_rule``): on the validation table
+it brings the small steps closer and moves some Offline rows away (docs/SIMULATOR.md "GEMM tiles on
+the SMs").
 
 What it covers: the dense (Llama-family) layers and the LM head, whose GEMM shapes the model
 shape lists (models.py ``ModelShape.layer_gemms``). MoE experts (grouped GEMMs of a few rows per
