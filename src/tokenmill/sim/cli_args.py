@@ -92,8 +92,9 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--tile-rule", action="store_true",
                    help="price the dense (Llama-family) layers' GEMMs by their tiles and waves on the GPU's SMs "
                         "(padded rows, idle SMs in a last wave; split-K where tiles are few) at fractions refitted "
-                        "for it: slower small steps and small models; off by default, as it moves the published "
-                        "Offline rows away while it brings the small Server steps closer (docs/SIMULATOR.md)")
+                        "for it: steps of a few hundred rows and a small model's narrow GEMMs run slower, steps "
+                        "under one tile faster; off by default, as it brings the small Server steps closer but "
+                        "not the table's mean error (docs/SIMULATOR.md \"GEMM tiles on the SMs\")")
     g.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                    help="every step launches its kernels from the host instead of replaying a CUDA graph (vLLM's "
                         "--enforce-eager): each step's launches (--eager-layer-ms per layer) overlap its device "

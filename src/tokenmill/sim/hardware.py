@@ -164,8 +164,8 @@ class Efficiency:
     """Price the dense layers' GEMMs by the tile rule (sim/gemm_tiles.py, ``Hardware.sms`` and
     ``Hardware.gemm_tile``) at ``tiled_gemm_by_precision``: ``tokenmill sim --tile-rule``
     (``with_tile_rule``). Off by default: on the validation table it moves the small Server and
-    Interactive steps toward the published ones and the Offline rows away (docs/SIMULATOR.md
-    "GEMM tiles on the SMs")."""
+    Interactive steps toward the published ones and the Hopper and small-model rows away, so the mean
+    error over the rows it changes does not fall (docs/SIMULATOR.md "GEMM tiles on the SMs")."""
     collective_latency_s: float = 8e-6
     """Latency floor of one collective call (all-reduce / all-to-all) on NVLink:
     small-message NCCL or custom all-reduce takes a few microseconds regardless
