@@ -134,12 +134,18 @@ class StepCost:
     expert_format: str | None = None
     """The routed experts' checkpoint format where the model keeps one (``ModelShape.expert_precision``):
     their GEMMs then compute as ``expert_compute_precision`` says, not at the deployment's precision."""
-    tiled_gemms: tuple[tuple[int, int, int, int], ...] = ()
-    """The device's GEMMs the tile rule prices, as (rows, n, k, calls) (sim/gemm_tiles.py
-    ``device_gemms``): the dense layers' and the LM head's; empty for MoE and MLA models."""
+    gemm_shape_args: tuple = ()
+    """``device_gemms``' arguments for this step (sim/gemm_tiles.py), kept as they are: most steps are
+    priced without the tile rule, so ``tiled_gemms`` is built only when asked; empty for MoE and MLA models."""
     attention_precision: str = "bf16"
     """What attention computes in: 'fp8' over an FP8 KV cache (Q quantized too, FP8
     MMA), else 'bf16' (``step_time`` falls back to bf16 where the device has no FP8)."""
+
+    @property
+    def tiled_gemms(self) -> tuple[tuple[int, int, int, int], ...]:
+        """The device's GEMMs the tile rule prices, as (rows, n, k, calls): the dense layers' and the
+        LM head's; empty for MoE and MLA models."""
+        return device_gemms(*self.gemm_shape_args) if self.gemm_shape_args else ()
 
     @property
     def memory_bytes(self) -> float:
@@ -391,8 +397,8 @@ def shape_step_cost(s: ModelShape, shape: StepShape, parallel: Parallel, precisi
                     num_collectives=calls, devices=p.devices,
                     sequences=shape.num_decodes + len(shape.prefills),
                     decode_only=not shape.prefills and shape.tokens_per_decode == 1, rows=shape.num_tokens,
-                    tiled_gemms=device_gemms(s.layer_gemms, s.num_layers, (s.vocab, s.hidden), r.rows,
-                                             r.logit_rows, p.dp, p.attn_tp),
+                    gemm_shape_args=(s.layer_gemms, s.num_layers, (s.vocab, s.hidden), r.rows, r.logit_rows,
+                                     p.dp, p.attn_tp) if s.layer_gemms else (),
                     attention_precision="fp8" if kv_dtype_bytes == 1 else "bf16")
 
 
@@ -403,10 +409,11 @@ def _tiled_gemms_s(cost: StepCost, hardware: Hardware, precision: str) -> float:
     profile does not price tiles (``Efficiency.tile_rule`` off, the default; no SM count or tile: CPUs,
     calibrated profiles) or the model lists no GEMM shapes."""
     eff, tile = hardware.efficiency, hardware.gemm_tile
-    if not (eff.tile_rule and cost.tiled_gemms and hardware.sms and tile):
+    if not (eff.tile_rule and cost.gemm_shape_args and hardware.sms and tile):
         return 0.0
-    flops = 2.0 * sum(m * n * k * calls for m, n, k, calls in cost.tiled_gemms)
-    useful = tile_factor(cost.tiled_gemms, hardware.sms, tile)
+    gemms = cost.tiled_gemms
+    flops = 2.0 * sum(m * n * k * calls for m, n, k, calls in gemms)
+    useful = tile_factor(gemms, hardware.sms, tile)
     return flops / hardware.flops[precision] * (1.0 / (eff.tiled_gemm_for(precision) * useful)
                                                 - 1.0 / eff.gemm_for(precision))
 
