@@ -1,5 +1,5 @@
 """Some MLPerf rows of `tokenmill sim validate`, chosen by model, round and scenario, at
-their published counts, as docs/SIMULATOR.md's "What the published runs switch on" table:
+their published counts, as docs/SIMULATOR-LOG.md's "What the published runs switch on" table:
 
     python -m benchmarks.sim_mlperf_rows --out results/sim-validate/mlperf-refit.md
 

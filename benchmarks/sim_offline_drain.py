@@ -1,6 +1,6 @@
 """How much of a simulated MLPerf Offline run is drain: DeepSeek-R1 on one 8-GPU
 TP8 EP8 attention-DP replica, the MLPerf dataset's lengths, N samples at once,
-as docs/SIMULATOR.md's "Runs as long as the published ones" quotes it:
+as docs/SIMULATOR-LOG.md's "Runs as long as the published ones" quotes it:
 
     python -m benchmarks.sim_offline_drain --hardware gb300 --samples 12000
     python -m benchmarks.sim_offline_drain --hardware gb300 --samples 105312    # the published run's count

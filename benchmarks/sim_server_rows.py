@@ -1,6 +1,6 @@
 """The MLPerf Server and Interactive rows of the dense (Llama-family) models,
 simulated with the router (sim/routed.py) or without it, as
-docs/SIMULATOR.md's "Server arrivals through the router" table:
+docs/SIMULATOR-LOG.md's "Server arrivals through the router" table:
 
     python -m benchmarks.sim_server_rows --out results/sim-validate/mlperf-server-routed.md
     python -m benchmarks.sim_server_rows --routed-group 1 --out results/sim-validate/mlperf-server-norouting.md

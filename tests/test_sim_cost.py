@@ -89,7 +89,7 @@ def test_published_parameter_counts():
                                                   ("gb200", 189_471), ("gb300", 284_208)])
 def test_gpu_profiles_hold_the_memory_the_device_reports(name, nvidia_smi_mib):
     # The rated "80 GB" etc. are GiB: the profile is within 1% of nvidia-smi's total, where the same
-    # figure read as 10^9 bytes is 6-7% short of it (docs/SIMULATOR.md, "... the GPUs' memory in GiB").
+    # figure read as 10^9 bytes is 6-7% short of it (docs/SIMULATOR-LOG.md, "... the GPUs' memory in GiB").
     reported = nvidia_smi_mib * 2**20
     assert get_hardware(name).memory_bytes == pytest.approx(reported, rel=0.01)
 

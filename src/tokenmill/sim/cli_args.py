@@ -94,7 +94,7 @@ def _add_deployment_args(g) -> None:
                         "(padded rows, idle SMs in a last wave; split-K where tiles are few) at fractions refitted "
                         "for it: steps of a few hundred rows and a small model's narrow GEMMs run slower, steps "
                         "under one tile faster; off by default, as it brings the small Server steps closer but "
-                        "not the table's mean error (docs/SIMULATOR.md \"GEMM tiles on the SMs\")")
+                        "not the table's mean error (docs/SIMULATOR-LOG.md \"GEMM tiles on the SMs\")")
     g.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
                    help="every step launches its kernels from the host instead of replaying a CUDA graph (vLLM's "
                         "--enforce-eager): each step's launches (--eager-layer-ms per layer) overlap its device "

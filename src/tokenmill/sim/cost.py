@@ -425,7 +425,7 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     sqrt(compute^2 + memory^2), the slower term far from the roofline's ridge
     (+4% where the other is 0.3 of it) and 1.41x it where the two are equal,
     where no kernel reaches both peaks at once (large-batch MoE decode sits there;
-    the rule against the plain max, docs/SIMULATOR.md "Near the ridge"). On
+    the rule against the plain max, docs/SIMULATOR-LOG.md "Near the ridge"). On
     hardware with ``overlap`` False, a CPU's, they add up;
     communication does not (TP all-reduces and EP all-to-alls sit between layers on
     the critical path; overlap tricks such as two-batch overlap are not modelled), except

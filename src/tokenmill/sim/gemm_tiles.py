@@ -19,7 +19,7 @@ tile_cols) output tile per SM:
 ``tile_factor`` is the useful share of the tensor cores' time over a list of GEMMs weighted by
 their work: cost.step_time divides the tiled GEMMs' compute time by it. The rule is off unless
 asked for (``tokenmill sim --tile-rule``, hardware.py ``with_tile_rule``): on the validation table
-it brings the small steps closer and moves some Offline rows away (docs/SIMULATOR.md "GEMM tiles on
+it brings the small steps closer and moves some Offline rows away (docs/SIMULATOR-LOG.md "GEMM tiles on
 the SMs").
 
 What it covers: the dense (Llama-family) layers and the LM head, whose GEMM shapes the model

@@ -75,7 +75,7 @@ streams its 1.7 GB in 2.13 ms, 0.24 of 3.35 TB/s (vllm-project/vllm PR 39902); B
 GEMMs at such row counts 0.16-0.32 of 8 TB/s (M = 1: 1.78 TB/s, flashinfer-ai/flashinfer issue
 1732; M = 8-32: ~2.5 TB/s, vllm-project/vllm PR 42235; M = 64-256: ~1.25 TB/s, vllm-project/vllm
 PR 20646). 0.23 is the median of the four. The published DeepSeek-R1 Server runs' steps agree
-(docs/SIMULATOR.md "The step at the published rates"); DeepGEMM's FP8 masked grouped GEMM reads
+(docs/SIMULATOR-LOG.md "The step at the published rates"); DeepGEMM's FP8 masked grouped GEMM reads
 faster (0.61 of an H800's HBM at 256 rows per expert): the best kernels beat this figure."""
 
 EAGER_LAYER_S = 2.5e-4
@@ -165,7 +165,7 @@ class Efficiency:
     ``Hardware.gemm_tile``) at ``tiled_gemm_by_precision``: ``tokenmill sim --tile-rule``
     (``with_tile_rule``). Off by default: on the validation table it moves the small Server and
     Interactive steps toward the published ones and the Hopper and small-model rows away, so the mean
-    error over the rows it changes does not fall (docs/SIMULATOR.md "GEMM tiles on the SMs")."""
+    error over the rows it changes does not fall (docs/SIMULATOR-LOG.md "GEMM tiles on the SMs")."""
     collective_latency_s: float = 8e-6
     """Latency floor of one collective call (all-reduce / all-to-all) on NVLink:
     small-message NCCL or custom all-reduce takes a few microseconds regardless

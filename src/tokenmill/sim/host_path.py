@@ -18,7 +18,7 @@ most about one step, and past it the backlog, and every TTFT with it, grows with
 host slower than the engine's token rate, not the GPU, sets a streamed Server scenario's peak.
 
 The rate is an input (``--host-stream-rate``, ``Deployment.host_stream_rate``), not derived; the
-MLPerf rows read it in the published runs (docs/SIMULATOR.md, "The host's response path").
+MLPerf rows read it in the published runs (docs/SIMULATOR-LOG.md, "The host's response path").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ models' v5.1 rows show no gap of that size (Llama-3.1-405B's GB300 Offline row r
 v6.0 kernels). The v5.1 runs held 840-1,480 sequences per instance, the v6.0 ones 890-4,670; the
 one v6.0 run at a v5.1-sized batch (Google's GB200 rack, 890) reads 0.69, so part of the gap may
 be the cost model's step floor (low at small batches) rather than the kernels: a line through the
-v6.0 ratios against their batches puts v5.1's step at 1.27x v6.0's (docs/SIMULATOR.md, "Kernel
+v6.0 ratios against their batches puts v5.1's step at 1.27x v6.0's (docs/SIMULATOR-LOG.md, "Kernel
 generations"). The constant is the direct estimate, which assumes no such line.
 """
 
