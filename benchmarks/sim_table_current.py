@@ -1,7 +1,7 @@
 """The validation table as it stands: every published row of `tokenmill sim validate` at its
 latest run, collected from the run files under results/sim-validate/:
 
-    python -m benchmarks.sim_table_current --out results/sim-validate/current.md
+    python -m benchmarks.sim_table_current --out results/sim-validate/current.md --plot docs/img/sim-validation.png
 
 The whole table takes hours to simulate on two cores, so sessions rerun the groups of rows a
 change touches (benchmarks/sim_mlperf_rows.py, ``tokenmill sim validate --suite``). This script
@@ -173,14 +173,48 @@ def render(rows: tuple[PublishedResult, ...], found: dict[tuple[str, ...], Line]
     return "\n".join(head + out)
 
 
+def plot(rows: tuple[PublishedResult, ...], found: dict[tuple[str, ...], Line], path: Path) -> Path:
+    """Simulated against published tokens/s per GPU, one marker per group of rows, on log axes, with
+    the diagonal and the 25% band: a row inside the band is within the issue's tolerance."""
+    from tokenmill.bench.plots import _figure, _save
+
+    fig, (ax,) = _figure(1, width_per_panel=8.0, height=6.4)
+    markers = "osD^v<>Pp*"
+    for (name, _), marker in zip(GROUPS, markers):
+        pairs = [(r.tokens_per_s_per_gpu, found[row_key(r)].simulated) for r in rows
+                 if group_of(r) == name and row_key(r) in found]
+        if pairs:
+            ax.scatter(*zip(*pairs), marker=marker, s=34, alpha=0.8, label=f"{name} ({len(pairs)})", zorder=2)
+    low, high = 20.0, 60_000.0
+    ax.plot([low, high], [low, high], color="black", linewidth=1.0, zorder=1)
+    ax.fill_between([low, high], [low * (1 - TOLERANCE), high * (1 - TOLERANCE)],
+                    [low * (1 + TOLERANCE), high * (1 + TOLERANCE)], color="tab:green", alpha=0.12, zorder=0,
+                    label=f"within {TOLERANCE:.0%}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(low, high)
+    ax.set_xlabel("published output tokens/s per GPU")
+    ax.set_ylabel("simulated output tokens/s per GPU")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="upper left")
+    ratios = [found[row_key(r)].ratio for r in rows if row_key(r) in found]
+    ax.set_title(f"tokenmill sim against published results: {_summary(ratios).split(';')[0]}", fontsize="medium")
+    return _save(fig, path)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="also write the Markdown here")
+    ap.add_argument("--plot", metavar="PNG", help="also draw simulated against published tokens/s per GPU here")
     args = ap.parse_args(argv)
-    text = render(RESULTS, latest_lines())
+    found = latest_lines()
+    text = render(RESULTS, found)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    if args.plot:
+        print(f"wrote {plot(RESULTS, found, Path(args.plot))}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,17 @@
 
 from pathlib import Path
 
-from benchmarks.sim_table_current import GROUPS, RUN_DIR, RUNS, latest_lines, read_run, render, row_key, skip_reason
+from benchmarks.sim_table_current import (
+    GROUPS,
+    RUN_DIR,
+    RUNS,
+    latest_lines,
+    plot,
+    read_run,
+    render,
+    row_key,
+    skip_reason,
+)
 from tokenmill.sim.published import RESULTS
 from tokenmill.sim.validate import Checked, parse_parallel, table
 
@@ -34,6 +44,8 @@ def test_a_later_run_replaces_a_rows_earlier_line(tmp_path):
     text = render(tuple(rows), found)
     assert "2 of 4 within 25%" in text  # 1.1 twice in, 0.5 twice out
     assert text.count(" **x** | old.md |") == 2
+    png = plot(tuple(rows), found, tmp_path / "plot" / "table.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_every_published_row_is_in_the_table_or_skipped_by_the_simulator():
