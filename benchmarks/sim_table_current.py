@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.sim_mlperf_rows import _round as mlperf_round
 from tokenmill.sim.published import RESULTS, PublishedResult
 from tokenmill.sim.validate import TOLERANCE, parse_parallel, parse_pools, row_workload
 
@@ -64,11 +65,16 @@ class Line:
     layout: str
     simulated: float
     ratio: float
+    """Simulated / published, as the file prints it (two decimals)."""
+    within: bool
+    """The file's own verdict (no "**x**"), taken on the unrounded ratio."""
     run: str
 
 
 def _round(row: PublishedResult) -> str:
-    return next((r for r in ("v4.1", "v5.1", "v6.0") if r in row.source), "")
+    """'v4.1' / 'v5.1' / 'v6.0' for an MLPerf row, '-' for TensorRT-LLM's."""
+    found = mlperf_round(row)
+    return "-" if found == "?" else found
 
 
 def _lengths(row: PublishedResult) -> str:
@@ -93,7 +99,7 @@ def read_run(path: Path) -> dict[tuple[str, ...], Line]:
             continue
         model, hardware, gpus, _, scenario, layout, lengths, published, simulated, ratio, _ = cells
         lines[_key(model, hardware, gpus, scenario, lengths, published)] = Line(
-            layout, float(simulated.replace(",", "")), float(ratio.split()[0]), path.name)
+            layout, float(simulated.replace(",", "")), float(ratio.split()[0]), "**x**" not in ratio, path.name)
     return lines
 
 
@@ -133,10 +139,11 @@ def group_of(row: PublishedResult) -> str:
     return next(name for name, member in GROUPS if member(row))
 
 
-def _summary(ratios: list[float]) -> str:
-    if not ratios:
+def _summary(lines: list[Line]) -> str:
+    if not lines:
         return "none run"
-    within = sum(abs(x - 1.0) <= TOLERANCE for x in ratios)
+    ratios = [line.ratio for line in lines]
+    within = sum(line.within for line in lines)
     errors = sorted(abs(x - 1.0) for x in ratios)
     logs = sum(abs(math.log(x)) for x in ratios) / len(ratios)
     return (f"{within} of {len(ratios)} within {TOLERANCE:.0%}; median |error| {errors[len(errors) // 2]:.0%}, "
@@ -151,23 +158,22 @@ def render(rows: tuple[PublishedResult, ...], found: dict[tuple[str, ...], Line]
             continue
         ran = [(r, found[row_key(r)]) for r in members if row_key(r) in found]
         missing = [r for r in members if row_key(r) not in found]
-        out += [f"### {name}", ""]
+        out += [f"#### {name}", ""]  # headings under docs/SIMULATOR.md's "### The table as it stands"
         if ran:
             out += ["| model | hardware | GPUs | round | scenario | layout | ISL/OSL | published tok/s/GPU | "
                     "simulated | sim / published | run |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-        ratios = [line.ratio for _, line in ran]
         for r, line in ran:
-            mark = "" if abs(line.ratio - 1.0) <= TOLERANCE else " **x**"
-            out.append(f"| {r.model} | {r.hardware} | {r.num_gpus} | {_round(r) or '-'} | {r.scenario} | "
+            mark = "" if line.within else " **x**"
+            out.append(f"| {r.model} | {r.hardware} | {r.num_gpus} | {_round(r)} | {r.scenario} | "
                        f"{line.layout} | {_lengths(r)} | {r.tokens_per_s_per_gpu:,.0f} | {line.simulated:,.0f} | "
                        f"{line.ratio:.2f}{mark} | {line.run} |")
-        out += [""] * bool(ran) + [_summary(ratios) + "."]
+        out += [""] * bool(ran) + [_summary([line for _, line in ran]) + "."]
         for r in missing:
             why = skip_reason(r) or "not run in any listed file"
             out.append(f"- not in the table: {r.model} {r.hardware} x{r.num_gpus} {r.scenario} "
                        f"{_round(r)} ({r.tokens_per_s_per_gpu:,.0f}): {why}")
         out.append("")
-        totals += ratios
+        totals += [line for _, line in ran]
     head = [f"All rows: {_summary(totals)}; {len(rows) - len(totals)} of {len(rows)} published rows not run "
             "(named under their group).", ""]
     return "\n".join(head + out)
@@ -185,7 +191,8 @@ def plot(rows: tuple[PublishedResult, ...], found: dict[tuple[str, ...], Line], 
                  if group_of(r) == name and row_key(r) in found]
         if pairs:
             ax.scatter(*zip(*pairs), marker=marker, s=34, alpha=0.8, label=f"{name} ({len(pairs)})", zorder=2)
-    low, high = 20.0, 60_000.0
+    values = [v for r in rows if row_key(r) in found for v in (r.tokens_per_s_per_gpu, found[row_key(r)].simulated)]
+    low, high = min(values) / 1.5, max(values) * 1.5
     ax.plot([low, high], [low, high], color="black", linewidth=1.0, zorder=1)
     ax.fill_between([low, high], [low * (1 - TOLERANCE), high * (1 - TOLERANCE)],
                     [low * (1 + TOLERANCE), high * (1 + TOLERANCE)], color="tab:green", alpha=0.12, zorder=0,
@@ -198,8 +205,8 @@ def plot(rows: tuple[PublishedResult, ...], found: dict[tuple[str, ...], Line], 
     ax.set_ylabel("simulated output tokens/s per GPU")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize="small", loc="upper left")
-    ratios = [found[row_key(r)].ratio for r in rows if row_key(r) in found]
-    ax.set_title(f"tokenmill sim against published results: {_summary(ratios).split(';')[0]}", fontsize="medium")
+    lines = [found[row_key(r)] for r in rows if row_key(r) in found]
+    ax.set_title(f"tokenmill sim against published results: {_summary(lines).split(';')[0]}", fontsize="medium")
     return _save(fig, path)
 
 

@@ -59,3 +59,16 @@ def test_every_published_row_is_in_the_table_or_skipped_by_the_simulator():
     assert all(any(member(r) for _, member in GROUPS) for r in RESULTS)
     used = {found[row_key(r)].run for r in RESULTS if row_key(r) in found}
     assert used == set(RUNS)  # no listed file is wholly superseded by later ones
+
+
+def test_the_verdict_is_the_run_files_own(tmp_path):
+    """A ratio printed as 1.25 can be just outside 25% unrounded: the file's mark decides, as validate did."""
+    r = next(r for r in RESULTS if not skip_reason(r))
+    lengths = f"{r.isl}/{r.osl}" if r.dataset is None else f"{r.dataset} dataset"
+    head = table([])
+    row = (f"| {r.model} | {r.hardware} | {r.num_gpus} | {r.precision} | {r.scenario} | TP1 | {lengths} | "
+           f"{r.tokens_per_s_per_gpu:,.0f} | 1 | 1.25 **x** | 8 |")
+    (tmp_path / "edge.md").write_text(head.split("\n\n")[0] + "\n" + row + "\n")
+    (line,) = read_run(tmp_path / "edge.md").values()
+    assert line.ratio == 1.25 and not line.within
+    assert "0 of 1 within 25%" in render((r,), {row_key(r): line})
