@@ -40,11 +40,13 @@ def _ratios(run, passes: tuple[float, ...]) -> list[float]:
     """The step over the published mean TPOT: the model's own, then at each of ``passes``."""
     hw = get_hardware(run.hardware)
     out = []
-    for p in (None, *passes):
-        # step_at_published_batch calls the module's step_time: swap it in this worker process only.
-        served_latency.step_time = step_time if p is None else partial(step_time_apart, passes=p)
-        out.append(served_latency.step_at_published_batch(run, hardware=hw) / run.tpot_mean_ms)
-    served_latency.step_time = step_time
+    try:
+        for p in (None, *passes):
+            # step_at_published_batch calls the module's step_time: swap it in this worker process only.
+            served_latency.step_time = step_time if p is None else partial(step_time_apart, passes=p)
+            out.append(served_latency.step_at_published_batch(run, hardware=hw) / run.tpot_mean_ms)
+    finally:
+        served_latency.step_time = step_time
     return out
 
 
