@@ -125,10 +125,20 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "this-machine.json")
     monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 4))
+    fitted_on, fit = [], calibrate.fit_efficiency
+
+    def recording_fit(arch, base, precision, points, **kwargs):
+        fitted_on.extend(shape for shape, _ in points)
+        return fit(arch, base, precision, points, **kwargs)
+
+    monkeypatch.setattr(calibrate, "fit_efficiency", recording_fit)
     assert main(["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert "decode step, batch 4" in out and "per sequence" in out
     assert "prefill of 128 tokens beside 4 decodes" in out
+    # The step over a prefix hit is timed and priced beside its time, not fitted.
+    assert "prefill of 192 tokens over 64 cached beside 4 decodes" in out and "not fitted; the profile prices" in out
+    assert calibrate.MIXED_STEP in fitted_on and calibrate.CACHED_STEP not in fitted_on
     profile = json.loads((tmp_path / "this-machine.json").read_text())
     assert profile["default_precision"] == "fp32" and "dummy:tiny in fp32" in profile["sources"][0]
     assert profile["kv_cache_bytes"] > 0  # the engine's own default cache, not the machine's memory
@@ -162,13 +172,18 @@ def test_served_steps_are_timed_in_alternated_rounds():
         points = calibrate.measure_served_steps(served, (1, 3), repeats=4, rounds=2)
     finally:
         served.shutdown()
-    assert [shape for shape, _ in points] == [(1, 0), (3, 0), (0, 64), (0, 256), calibrate.MIXED_STEP]
+    assert [shape for shape, _ in points] == [(1, 0), (3, 0), (0, 64), (0, 256), calibrate.MIXED_STEP,
+                                              calibrate.CACHED_STEP]
     assert all(seconds > 0 for _, seconds in points)
     # Per request 2 + 12 decode steps; the 3 prefills of each length, rounded up to 2 per round; as many
-    # mixed steps, each a prompt sent once its round's decoding requests have their second token.
+    # mixed steps, each a prompt sent once its round's decoding requests have their second token; as many
+    # cached steps, each a prefix served alone first, then the decodes and a prompt that starts with it.
     decodes, tokens = calibrate.MIXED_STEP
+    cached_decodes, cached_tokens = calibrate.CACHED_STEP
     one_round = [(calibrate.CONTEXT, 14)] * 4 + [(64, 1)] * 2 + [(256, 1)] * 2 + \
-        ([(calibrate.CONTEXT, 14)] * decodes + [(tokens, 1)]) * 2
+        ([(calibrate.CONTEXT, 14)] * decodes + [(tokens, 1)]) * 2 + \
+        ([(calibrate.CACHED_CONTEXT, 1)] + [(calibrate.CONTEXT, 14)] * cached_decodes +
+         [(calibrate.CACHED_CONTEXT + cached_tokens, 1)]) * 2
     assert calls == one_round * 2
 
 

@@ -7,14 +7,17 @@ Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device
 2. our engine's own step times as it serves (the embedded model, or
    ``--model``; outputs streamed to consumers on an event loop, as `tokenmill
    bench` and `serve` read them): decode steps at several batch sizes, two
-   prefill chunks, and a prefill chunk beside decodes (the step a request that
+   prefill chunks, a prefill chunk beside decodes (the step a request that
    arrives while others decode waits on for its first token: a Server run's
-   TTFT), each the median of repeated steps over alternated rounds.
+   TTFT), and one beside decodes that continues over a prefix-cache hit
+   (``CACHED_STEP``), each the median of repeated steps over alternated rounds.
 
 The profile's efficiency factors (memory, GEMM, host overhead per step and
 per sequence, and with CUDA graphs a per-step cost of the eager steps) are
 then the ones under which the cost model (cost.py) best reproduces the
-measured steps; the largest relative error is reported. The
+measured steps, all but ``CACHED_STEP``; the largest relative error is
+reported, and the profile's price of ``CACHED_STEP`` beside its measured time
+(a check, not fitted). The
 profile is written to ``~/.cache/tokenmill/sim/this-machine.json`` and read by
 ``--hardware this-machine``. A GPU's profile keeps its datasheet entry's
 interconnect and price (hardware.py) where its name matches one.
@@ -43,6 +46,15 @@ MIXED_STEP = (4, 128)
 model adds the two parts' costs, and this point checks that the engine does
 too (on the AVX2 EPYC its float32 linears once switched kernels past 128 rows,
 and a 128-token chunk beside a few decodes cost 1.2x what the chunk did alone)."""
+CACHED_STEP = (4, 192)
+"""(decodes, prompt tokens computed) of the calibrated step whose prompt continues over cached
+context: a prompt of ``CACHED_CONTEXT`` + 192 tokens whose first ``CACHED_CONTEXT`` are a prefix
+hit, beside 4 decodes (196 rows: past the largest CUDA graph, so eager on a GPU). Served workloads
+have such chunks (prefix hits, prompts cut by the budget). On an H200 our engine's eager steps with
+one cost 2.99x the fitted profile's price in an Offline run and 1.11x at the median in a Server run
+(docs/SIMULATOR.md "The lent H200"): no one cost per chunk explains both, so this step is timed and
+checked against the profile's price, not fitted."""
+CACHED_CONTEXT = 64
 CONTEXT = 64  # prompt tokens of each decoding request
 ROUNDS = 4  # each shape timed in this many alternated rounds (measure_served_steps)
 DEFAULT_PRICE_PER_HOUR = 0.10
@@ -133,7 +145,8 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
     def prompt(n: int) -> list[int]:  # random ids: no prefix-cache hits between prompts
         return [rng.randrange(10, vocab) for _ in range(n)]
 
-    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS] + [MIXED_STEP]
+    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS] + [MIXED_STEP,
+                                                                                              CACHED_STEP]
     samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
     decode_steps = -(-repeats // rounds)  # per round, so that `repeats` or more are timed in all
     prefills = -(-max(3, repeats // 4) // rounds)  # per round, of each prompt length
@@ -141,6 +154,12 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
         for batch, tokens in shapes:
             if not tokens:  # the batch's prompts take a few prefill steps; then decode_steps+ steps of all of them
                 runs = [([prompt(CONTEXT) for _ in range(batch)], decode_steps + 12, [])]
+            elif (batch, tokens) == CACHED_STEP:  # a prefix served first, then a prompt that starts with it
+                runs = []
+                for _ in range(prefills):
+                    prefix = prompt(CACHED_CONTEXT)
+                    decoding = [prompt(CONTEXT) for _ in range(batch)]
+                    runs += [([], 1, [prefix]), (decoding, 14, [prefix + prompt(tokens)])]
             else:  # a prompt alone, or arriving while `batch` others decode (their 2 tokens + 12 to spare)
                 runs = [([prompt(CONTEXT) for _ in range(batch)], 14, [prompt(tokens)]) for _ in range(prefills)]
             samples[(batch, tokens)] += times_of(runs, batch, tokens)
@@ -260,8 +279,9 @@ def _gpu_base(name: str) -> Hardware | None:
 
 
 def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",
-              model: str | None = None) -> tuple[Hardware, list, float]:
-    """Measure, fit, write the profile; returns (profile, measured points, fit error).
+              model: str | None = None) -> tuple[Hardware, list, float, float]:
+    """Measure, fit, write the profile; returns (profile, measured points, fit error, the
+    profile's price of ``CACHED_STEP`` in seconds, to set beside its measured point).
     ``model``: what the engine runs (default: the embedded model; ``dummy:<preset>``
     for random weights where no checkpoint is at hand)."""
     from tokenmill.config import EngineConfig
@@ -276,7 +296,7 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
         served.shutdown()
 
 
-def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
+def _calibrate(served, model: str | None) -> tuple[Hardware, list, float, float]:
     import torch
 
     from tokenmill.model.embedded import EMBEDDED_NAME
@@ -312,9 +332,22 @@ def _calibrate(served, model: str | None) -> tuple[Hardware, list, float]:
     runner = engine.core.runner
     graphs = runner.decode_graphs is not None
     max_rows = runner.decode_graphs.batch_sizes[-1] if graphs and runner.graph_multi_token_runs else None
-    efficiency, error, overlap = fit_efficiency(engine.core.arch, base, precision, points, eager_steps=graphs,
+    fitted = [(shape, seconds) for shape, seconds in points if shape != CACHED_STEP]
+    efficiency, error, overlap = fit_efficiency(engine.core.arch, base, precision, fitted, eager_steps=graphs,
                                                 graph_max_rows=max_rows)
     profile = replace(base, efficiency=efficiency, overlap=overlap)
     PROFILE_PATH.parent.mkdir(parents=True, exist_ok=True)
     PROFILE_PATH.write_text(json.dumps(profile.to_dict(), indent=2))
-    return profile, points, error
+    return profile, points, error, cached_step_s(engine.core.arch, profile, precision)
+
+
+def cached_step_s(arch, profile: Hardware, precision: str) -> float:
+    """The profile's price of ``CACHED_STEP``: 4 decodes over ``CONTEXT`` tokens beside a
+    192-token chunk over ``CACHED_CONTEXT`` cached ones."""
+    from tokenmill.sim.cost import Parallel, step_cost, step_time
+    from tokenmill.sim.shapes import PrefillChunk, StepShape
+
+    decodes, tokens = CACHED_STEP
+    shape = StepShape(decode_contexts=(CONTEXT,) * decodes, prefills=(PrefillChunk(tokens, CACHED_CONTEXT),))
+    kv_bytes = 4.0 if precision == "fp32" else 2.0
+    return step_time(step_cost(arch, shape, Parallel(), precision, kv_bytes), profile, precision).total_s

@@ -430,16 +430,19 @@ def _validate_latency(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from tokenmill.sim.calibrate import PROFILE_PATH, calibrate
+    from tokenmill.sim.calibrate import CACHED_CONTEXT, CACHED_STEP, PROFILE_PATH, calibrate
 
-    profile, points, error = calibrate(args.dtype, args.num_threads, args.device, args.model)
+    profile, points, error, cached_s = calibrate(args.dtype, args.num_threads, args.device, args.model)
     e = profile.efficiency
     print(f"this-machine ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
           f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")
     for (batch, tokens), seconds in points:
         what = f"decode step, batch {batch}" if not tokens else f"prefill of {tokens} tokens" + \
+            (f" over {CACHED_CONTEXT} cached" if (batch, tokens) == CACHED_STEP else "") + \
             (f" beside {batch} decodes" if batch else "")
-        print(f"  engine {what}: {seconds * 1e3:.2f} ms")
+        check = f" (not fitted; the profile prices it at {cached_s * 1e3:.2f} ms, " \
+                f"{cached_s / seconds:.2f}x)" if (batch, tokens) == CACHED_STEP else ""
+        print(f"  engine {what}: {seconds * 1e3:.2f} ms{check}")
     eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
     print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
           f"ms per step{eager} + {e.seq_overhead_s * 1e6:.1f} us per sequence; compute and memory "
