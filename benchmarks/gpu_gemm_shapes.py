@@ -55,24 +55,11 @@ def shapes_of(models: str) -> list[dict]:
 
 
 def measure(models: str, rows: list[int], repeats: int) -> list[dict]:
-    """Seconds per call of each shape at each row count, on the current CUDA device."""
+    """Seconds per call of each shape at each row count, on the current CUDA device (replayed in a
+    CUDA graph after warm-up: gpu_roofline.timed)."""
     import torch
 
-    def timed(fn) -> float:
-        for _ in range(2):
-            fn()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / 1e3 / repeats
+    from benchmarks.gpu_roofline import timed
 
     one = torch.tensor(1.0, device="cuda")
     results, seen = [], {}
@@ -84,7 +71,7 @@ def measure(models: str, rows: list[int], repeats: int) -> list[dict]:
             if key not in seen:
                 x = (torch.randn(m, s["k"], device="cuda") * 0.1).to(torch.float8_e4m3fn)
                 seen[key] = timed(lambda x=x, w=w: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one,
-                                                                    out_dtype=torch.bfloat16))
+                                                                    out_dtype=torch.bfloat16), repeats)
             results.append({**s, "rows": m, "seconds": seen[key]})
     return results
 

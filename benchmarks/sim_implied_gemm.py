@@ -14,6 +14,7 @@ rule on the mean step's parts, not step by step. Dense (Llama-family) runs only;
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import tokenmill.sim.served_latency as served_latency
 from tokenmill.sim.cost import StepCost, StepTime, step_time
@@ -22,17 +23,18 @@ from tokenmill.sim.hardware import Hardware, get_hardware
 PARTS = ("total", "compute", "gemm", "memory", "comm", "overhead", "rows")
 
 
-def mean_parts(run) -> dict[str, float]:
-    """The mean over ``step_at_published_batch``'s steps of each of ``PARTS`` (seconds; rows)."""
-    sums = dict.fromkeys(PARTS, 0.0)
+def mean_over_published_steps(run, parts: Callable[[StepCost, Hardware, str, StepTime], dict[str, float]]
+                              ) -> dict[str, float]:
+    """The mean of ``parts(cost, hardware, precision, step_time)`` over the steps
+    ``step_at_published_batch`` prices for ``run`` (each step seen as the cost model prices it)."""
+    sums: dict[str, float] = {}
     count = 0
 
     def spy(cost: StepCost, hw: Hardware, precision: str, fused_allreduce: bool = False) -> StepTime:
         nonlocal count
         t = step_time(cost, hw, precision, fused_allreduce)
-        gemm = cost.gemm_flops / (hw.flops[precision] * hw.efficiency.gemm_for(precision))
-        for name, value in zip(PARTS, (t.total_s, t.compute_s, gemm, t.memory_s, t.comm_s, t.overhead_s, cost.rows)):
-            sums[name] += value
+        for name, value in parts(cost, hw, precision, t).items():
+            sums[name] = sums.get(name, 0.0) + value
         count += 1
         return t
 
@@ -42,6 +44,15 @@ def mean_parts(run) -> dict[str, float]:
     finally:
         served_latency.step_time = step_time
     return {name: value / count for name, value in sums.items()}
+
+
+def mean_parts(run) -> dict[str, float]:
+    """The mean over ``step_at_published_batch``'s steps of each of ``PARTS`` (seconds; rows)."""
+    def parts(cost: StepCost, hw: Hardware, precision: str, t: StepTime) -> dict[str, float]:
+        gemm = cost.gemm_flops / (hw.flops[precision] * hw.efficiency.gemm_for(precision))
+        return dict(zip(PARTS, (t.total_s, t.compute_s, gemm, t.memory_s, t.comm_s, t.overhead_s, cost.rows)))
+
+    return mean_over_published_steps(run, parts)
 
 
 def implied_fraction(run, parts: dict[str, float]) -> float:

@@ -26,7 +26,8 @@ import json
 import math
 
 import tokenmill.sim.served_latency as served_latency
-from tokenmill.sim.cost import StepCost, StepTime, step_time
+from benchmarks.sim_implied_gemm import mean_over_published_steps
+from tokenmill.sim.cost import StepCost, StepTime
 from tokenmill.sim.hardware import Hardware, get_hardware
 
 GEMMS = "results/gpu/sim_h200_s38/run1/r/gemms.json"
@@ -62,29 +63,15 @@ def mean_parts(run, table: GemmTable, slowdown: float = 1.0) -> dict[str, float]
     ``gemm_model`` and ``gemm_measured`` (the step's GEMMs' compute as priced, and the GEMMs as timed
     times ``slowdown``), ``measured`` (the GEMMs as timed, then attention, communication and
     overhead as priced)."""
-    sums = dict.fromkeys(("model", "gemm_model", "gemm_measured", "measured"), 0.0)
-    count = 0
-
-    def spy(cost: StepCost, hw: Hardware, precision: str, fused_allreduce: bool = False) -> StepTime:
-        nonlocal count
-        t = step_time(cost, hw, precision, fused_allreduce)
+    def parts(cost: StepCost, hw: Hardware, precision: str, t: StepTime) -> dict[str, float]:
         gemm_model = cost.gemm_flops / (hw.flops[precision] * hw.efficiency.gemm_for(precision))
         gemm_measured = slowdown * sum(calls * table.seconds(m, n, k) for m, n, k, calls in cost.tiled_gemms)
         attention = t.compute_s - gemm_model  # the tile rule off: the rest of compute is attention's
         kv = (cost.kv_read_bytes + cost.kv_write_bytes) / (hw.memory_bw * hw.efficiency.memory)
-        step = gemm_measured + math.hypot(attention, kv) + t.comm_s + t.overhead_s
-        for name, value in (("model", t.total_s), ("gemm_model", gemm_model), ("gemm_measured", gemm_measured),
-                            ("measured", step)):
-            sums[name] += value
-        count += 1
-        return t
+        return {"model": t.total_s, "gemm_model": gemm_model, "gemm_measured": gemm_measured,
+                "measured": gemm_measured + math.hypot(attention, kv) + t.comm_s + t.overhead_s}
 
-    served_latency.step_time = spy
-    try:
-        served_latency.step_at_published_batch(run, hardware=get_hardware(run.hardware))
-    finally:
-        served_latency.step_time = step_time
-    return {name: value / count for name, value in sums.items()}
+    return mean_over_published_steps(run, parts)
 
 
 def hopper_runs() -> list:
