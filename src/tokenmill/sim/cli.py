@@ -441,7 +441,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             (f" over {CACHED_CONTEXT} cached" if (batch, tokens) == CACHED_STEP else "") + \
             (f" beside {batch} decodes" if batch else "")
         check = f" (not fitted; the profile prices it at {cached_s * 1e3:.2f} ms, " \
-                f"{cached_s / seconds:.2f}x)" if (batch, tokens) == CACHED_STEP else ""
+                f"{cached_s / seconds:.2f}x the measured)" if (batch, tokens) == CACHED_STEP else ""
         print(f"  engine {what}: {seconds * 1e3:.2f} ms{check}")
     eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
     print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
