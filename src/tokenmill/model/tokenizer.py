@@ -179,10 +179,9 @@ def load_tokenizer(source: str | os.PathLike) -> Tokenizer:
 
 def read_gguf_tokenizer_fields(path) -> dict:
     """The ``tokenizer.*`` metadata of a GGUF file as plain Python values."""
-    import gguf  # the reader maps the whole file; only loading needs it
+    from tokenmill.model.gguf_file import gguf_file
 
-    reader = gguf.GGUFReader(str(path))
-    return {key: field.contents() for key, field in reader.fields.items() if key.startswith("tokenizer.")}
+    return {key: value for key, value in gguf_file(path).fields.items() if key.startswith("tokenizer.")}
 
 
 def _gguf_token(fields: dict, key: str) -> str | None:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tokenmill.model.gguf_file import gguf_file
 from tokenmill.model.loaders import LoadedModel
 from tokenmill.model.loaders.common import build_empty_model
 from tokenmill.model.registry import entry_for_gguf
@@ -26,18 +27,6 @@ def resolve_gguf_path(source: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"model: no such file: {source}")
     return path
-
-
-def read_fields(reader) -> dict:
-    """GGUF key/value metadata as plain Python values (token arrays skipped)."""
-    out = {}
-    for key, field in reader.fields.items():
-        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
-                   "tokenizer.ggml.scores"):
-            out[key] = range(len(field.data))  # only the length is needed here
-            continue
-        out[key] = field.contents()
-    return out
 
 
 def dequantize(tensor) -> torch.Tensor:
@@ -59,12 +48,10 @@ def dequantize(tensor) -> torch.Tensor:
 
 
 def load_gguf(source: str, device: torch.device, dtype: torch.dtype, max_positions: int, seed: int) -> LoadedModel:
-    from gguf import GGUFReader
-
     path = resolve_gguf_path(source)
-    reader = GGUFReader(str(path))
-    tensors = {t.name: t for t in reader.tensors}
-    fields = read_fields(reader)
+    parsed = gguf_file(path)
+    tensors = {t.name: t for t in parsed.tensors}
+    fields = parsed.fields
     entry = entry_for_gguf(fields.get("general.architecture"))
     arch = entry.parse_gguf(fields, set(tensors))
     model = build_empty_model(arch, device, dtype, max_positions)
