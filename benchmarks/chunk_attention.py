@@ -11,6 +11,8 @@ shape (9 query heads over 3 KV heads of 64):
 - ``sdpa``: the engine's own call, SDPA choosing the backend;
 - ``sdpa:<backend>``: the same call held to one backend (``torch.nn.attention.sdpa_kernel``), each that
   this torch build has; a backend that cannot serve the call is reported as such;
+- ``lower_right``: the same call with ``torch.nn.attention.bias.causal_lower_right`` for the mask, which
+  CUDA's flash and memory-efficient kernels take without a mask tensor (the fix to try first);
 - ``matmul``: the masked attention as two batched matmuls with the softmax in float32, the query
   heads of a KV head as rows (the engine's decode attention's way);
 - ``causal``: a whole prompt of the same length without context, the fast path, for reference;
@@ -28,6 +30,7 @@ import statistics
 import time
 
 import torch
+import torch.nn.functional as F
 
 from tokenmill.kernels.attention import _grouped_attention
 
@@ -46,6 +49,18 @@ def matmul_attention(q, k, v, mask, scale):
     probs = torch.softmax(scores, dim=-1).to(q.dtype).view(hkv, hq // hkv * n, -1)
     out = torch.matmul(probs, v)  # [Hkv, G*n, D]
     return out.view(hkv, hq // hkv, n, d).permute(2, 0, 1, 3).reshape(n, hq, d)
+
+
+def lower_right_attention(q, k, v, mask, scale):
+    """The same call with the mask given as what it is, causal aligned to the last key
+    (``torch.nn.attention.bias.causal_lower_right``): flash and memory-efficient kernels serve that
+    without a mask tensor on CUDA; elsewhere torch builds the mask itself. ``mask`` is unused."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    n, length = q.shape[0], k.shape[1]
+    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k[None], v[None],
+                                       attn_mask=causal_lower_right(n, length), scale=scale, enable_gqa=True)
+    return o[0].transpose(0, 1)
 
 
 def inputs(n: int, context: int, device, dtype):
@@ -67,6 +82,7 @@ def variants(device) -> dict:
             with sdpa_kernel([backend]):
                 return _grouped_attention(q, k, v, mask, scale)
         out[f"sdpa:{backend.name.lower()}"] = held
+    out["lower_right"] = lower_right_attention
     out["matmul"] = matmul_attention
     # A whole prompt of the chunk's length: its own keys only, SDPA's causal path.
     out["causal"] = lambda q, k, v, mask, scale: _grouped_attention(q, k[:, -q.shape[0]:], v[:, -q.shape[0]:],
