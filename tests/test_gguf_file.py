@@ -52,7 +52,7 @@ def write_every_kind(path, alignment: int = 64):
     writer.add_array("test.empty", [])
     writer.add_custom_alignment(alignment)
     writer.add_tensor("plain", np.arange(12, dtype=np.float32).reshape(3, 4))
-    writer.add_tensor("half", np.arange(6, dtype=np.float16).reshape(2, 3))
+    writer.add_tensor("fp16s", np.arange(6, dtype=np.float16).reshape(2, 3))
     weights = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
     writer.add_tensor("blocks", gguf.quants.quantize(weights, gguf.GGMLQuantizationType.Q8_0),
                       raw_dtype=gguf.GGMLQuantizationType.Q8_0)
@@ -77,6 +77,16 @@ def test_bad_files_are_refused_by_name(tmp_path):
         parse(b"GGML" + bytes(20), "bad.gguf")
     with pytest.raises(ValueError, match="GGUF version 1 is not supported"):
         parse(b"GGUF" + (1).to_bytes(4, "little") + bytes(16), "old.gguf")
+    write_every_kind(tmp_path / "kinds.gguf")
+    whole = (tmp_path / "kinds.gguf").read_bytes()
+    with pytest.raises(ValueError, match="cut.gguf: the header ends early"):
+        parse(whole[:200], "cut.gguf")
+    with pytest.raises(ValueError, match="cut.gguf: tensor blocks's data runs past the end of the file"):
+        parse(whole[:-100], "cut.gguf")  # past the last tensor's padding, into its 272 bytes
+    assert whole.count(b"fp16s") == 1
+    twice = whole.replace(b"fp16s", b"plain")  # the table's second name, now the first's
+    with pytest.raises(ValueError, match="twice.gguf: tensor 'plain' appears twice"):
+        parse(twice, "twice.gguf")
 
 
 def test_a_file_is_parsed_once_until_it_changes(tmp_path):

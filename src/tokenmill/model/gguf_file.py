@@ -83,35 +83,45 @@ def parse(buf, name: str = "GGUF file") -> GGUFFile:
         raise ValueError(f"{name}: GGUF version {version} is not supported (2 and 3 are; a big-endian file "
                          f"reads as a huge version)")
     reader = _Reader(buf, 24)
-    fields = {}
-    for _ in range(num_fields):
-        key = reader.string()
-        fields[key] = reader.value(reader.unpack("<I"))
-    table = [(reader.string(), [reader.unpack("<Q") for _ in range(reader.unpack("<I"))], reader.unpack("<I"),
-              reader.unpack("<Q")) for _ in range(num_tensors)]
+    try:
+        fields = {}
+        for _ in range(num_fields):
+            key = reader.string()
+            fields[key] = reader.value(reader.unpack("<I"))
+        table = [(reader.string(), [reader.unpack("<Q") for _ in range(reader.unpack("<I"))], reader.unpack("<I"),
+                  reader.unpack("<Q")) for _ in range(num_tensors)]
+    except struct.error as exc:
+        raise ValueError(f"{name}: the header ends early at byte {reader.offset} (a truncated file?)") from exc
+    names = [entry[0] for entry in table]
+    if len(set(names)) < len(names):
+        raise ValueError(f"{name}: tensor {next(n for n in names if names.count(n) > 1)!r} appears twice")
     alignment = int(fields.get("general.alignment", DEFAULT_ALIGNMENT))
     data_start = -(-reader.offset // alignment) * alignment
-    tensors = [_tensor(buf, data_start, *entry) for entry in table]
+    tensors = [_tensor(buf, name, data_start, *entry) for entry in table]
     return GGUFFile(version, fields, tensors)
 
 
-def _tensor(buf, data_start: int, name: str, dims: list[int], raw_type: int, offset: int) -> GGUFTensor:
+def _tensor(buf, file: str, data_start: int, name: str, dims: list[int], raw_type: int,
+            offset: int) -> GGUFTensor:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    qtype = GGMLQuantizationType(raw_type)
+    try:
+        qtype = GGMLQuantizationType(raw_type)
+    except ValueError:
+        raise ValueError(f"{file}: tensor {name}: unknown GGML type {raw_type}") from None
     count = int(np.prod(dims)) if dims else 1
     outer = tuple(reversed(dims))
     dtype = PLAIN_TENSOR_DTYPES.get(qtype.name)
-    if dtype is not None:
-        data = np.frombuffer(buf, dtype=dtype, count=count, offset=data_start + offset).reshape(outer)
-    else:
+    if dtype is None:  # blocks of bytes: [outer..., bytes per row]
         block, type_size = GGML_QUANT_SIZES[qtype]
         if dims[0] % block:
-            raise ValueError(f"tensor {name}: {dims[0]} elements per row is not a multiple of {qtype.name}'s "
-                             f"block of {block}")
-        row_bytes = dims[0] // block * type_size
-        data = np.frombuffer(buf, dtype=np.uint8, count=count // block * type_size,
-                             offset=data_start + offset).reshape(*outer[:-1], row_bytes)
+            raise ValueError(f"{file}: tensor {name}: {dims[0]} elements per row is not a multiple of "
+                             f"{qtype.name}'s block of {block}")
+        dtype, count, outer = np.uint8, count // block * type_size, (*outer[:-1], dims[0] // block * type_size)
+    start = data_start + offset
+    if start + count * np.dtype(dtype).itemsize > len(buf):
+        raise ValueError(f"{file}: tensor {name}'s data runs past the end of the file (a truncated file?)")
+    data = np.frombuffer(buf, dtype=dtype, count=count, offset=start).reshape(outer)
     return GGUFTensor(name, qtype, tuple(dims), data)
 
 
