@@ -1,0 +1,96 @@
+"""Where a published row's simulated step time goes, at the batch the row's simulation picks.
+
+For each TensorRT-LLM table row of ``--model`` on ``--hardware`` (fixed ISL/OSL, its published layout),
+this runs the row's Offline candidates as ``tokenmill sim validate`` does (``_offline_candidates``:
+every batch size the KV cache holds, the row's own request count), takes the best, and simulates it
+once more with every step's cost and time recorded. It prints the simulated and published tokens/s per
+GPU and the mean step's parts as the cost model prices them: rows, compute (GEMMs and attention),
+memory (weights, the routed experts' among them, KV cache, activations), communication and host
+overhead, and the step's total (compute and memory combined by the sqrt rule, then communication and
+overhead added). Rows whose error follows one part point at that part's price. One process, about
+half a minute per row.
+
+    python -m benchmarks.sim_step_parts --model gpt-oss-120b [--hardware h100,h200]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from dataclasses import replace
+
+import tokenmill.sim.predict as predict_mod
+from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.models import get_model
+from tokenmill.sim.published import RESULTS, PublishedResult
+from tokenmill.sim.search import SEQ_CHOICES
+from tokenmill.sim.validate import _offline_candidates, parse_parallel, row_workload
+
+PARTS = ("rows", "total_ms", "compute_ms", "memory_ms", "comm_ms", "overhead_ms", "weight_gb", "expert_weight_gb",
+         "kv_gb", "activation_gb", "gemm_tflop", "expert_gemm_tflop", "attention_tflop")
+
+
+def step_parts(row: PublishedResult, num_requests: int = 500,
+               seq_choices: tuple[int, ...] = SEQ_CHOICES) -> tuple[float, int, dict[str, float]]:
+    """(simulated tokens/s per GPU, max_num_seqs, mean step parts per device) at the row's best batch."""
+    arch, hw = get_model(row.model), get_hardware(row.hardware)
+    workload = row_workload(row, num_requests)
+    candidates, why = _offline_candidates(arch, hw, row, workload, [parse_parallel(row.parallel)], seq_choices)
+    if not candidates:
+        raise ValueError(f"{row.model} on {row.hardware}: {why}")
+    _, deployment = candidates[0]
+    sums: dict[str, float] = defaultdict(float)
+    steps = 0
+    priced = predict_mod.step_time
+
+    def recorded(cost, hardware, precision, fused_allreduce=False):
+        nonlocal steps
+        t = priced(cost, hardware, precision, fused_allreduce)
+        steps += 1
+        for key, value in (("rows", cost.rows), ("total_ms", t.total_s * 1e3), ("compute_ms", t.compute_s * 1e3),
+                           ("memory_ms", t.memory_s * 1e3), ("comm_ms", t.comm_s * 1e3),
+                           ("overhead_ms", t.overhead_s * 1e3), ("weight_gb", cost.weight_bytes / 1e9),
+                           ("expert_weight_gb", cost.expert_weight_bytes / 1e9),
+                           ("kv_gb", (cost.kv_read_bytes + cost.kv_write_bytes) / 1e9),
+                           ("activation_gb", cost.activation_bytes / 1e9), ("gemm_tflop", cost.gemm_flops / 1e12),
+                           ("expert_gemm_tflop", cost.expert_gemm_flops / 1e12),
+                           ("attention_tflop", cost.attention_flops / 1e12)):
+            sums[key] += value
+        return t
+
+    # As _offline_candidates ran it: the row's own request count per replica, else two batches' worth.
+    requests = (-(-row.num_requests // deployment.replicas) if row.num_requests
+                else max(workload.num_requests, 2 * deployment.max_num_seqs))
+    predict_mod.step_time = recorded
+    try:
+        figures = predict_mod.predict(arch, hw, deployment, replace(workload, num_requests=requests))
+    finally:
+        predict_mod.step_time = priced
+    return figures["tokens_per_s_per_gpu"], deployment.max_num_seqs, {k: sums[k] / steps for k in PARTS}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--hardware", default=None, help="comma-separated profiles (default: every row's)")
+    args = ap.parse_args(argv)
+    rows = [r for r in RESULTS if r.model == args.model and r.dataset is None
+            and (args.hardware is None or r.hardware in args.hardware.split(","))]
+    if not rows:
+        ap.error(f"no TensorRT-LLM row of {args.model} on {args.hardware or 'any hardware'}")
+    print("| hardware | GPUs | layout | ISL/OSL | published | simulated | sim / published | seqs | rows | step ms "
+          "| compute ms | memory ms | comm ms | weights GB (experts) | KV GB | activations GB | GEMM TFLOP (experts) "
+          "| attention TFLOP |")
+    print("|" + "---|" * 18)
+    for row in rows:
+        simulated, seqs, p = step_parts(row)
+        print(f"| {row.hardware} | {row.num_gpus} | {row.parallel} | {row.isl}/{row.osl} | "
+              f"{row.tokens_per_s_per_gpu:,.0f} | {simulated:,.0f} | {simulated / row.tokens_per_s_per_gpu:.2f} | "
+              f"{seqs} | {p['rows']:,.0f} | {p['total_ms']:.1f} | {p['compute_ms']:.1f} | {p['memory_ms']:.1f} | "
+              f"{p['comm_ms']:.1f} | {p['weight_gb']:.1f} ({p['expert_weight_gb']:.1f}) | {p['kv_gb']:.1f} | "
+              f"{p['activation_gb']:.1f} | {p['gemm_tflop']:.2f} ({p['expert_gemm_tflop']:.2f}) | "
+              f"{p['attention_tflop']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
