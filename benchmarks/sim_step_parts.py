@@ -7,10 +7,14 @@ once more with every step's cost and time recorded. It prints the simulated and 
 GPU and the mean step's parts as the cost model prices them: rows, compute (GEMMs and attention),
 memory (weights, the routed experts' among them, KV cache, activations), communication and host
 overhead, and the step's total (compute and memory combined by the sqrt rule, then communication and
-overhead added). Rows whose error follows one part point at that part's price. One process, about
-half a minute per row.
+overhead added). Rows whose error follows one part point at that part's price. One process, from
+seconds to four minutes a row (a 1K/32K row runs ~200,000 steps).
 
-    python -m benchmarks.sim_step_parts --model gpt-oss-120b [--hardware h100,h200]
+Two counterfactuals for MoE rows: ``--expert-stream F`` streams the routed experts' weights at F of
+HBM instead of the profile's ``Efficiency.expert_stream``; ``--expert-gemm-scale K`` prices the routed
+experts' GEMMs as K times their FLOPs (a kernel at 1/K of the rate the profile gives them).
+
+    python -m benchmarks.sim_step_parts --model gpt-oss-120b [--hardware h100,h200] [--isl-osl 1024/1024]
 """
 
 from __future__ import annotations
@@ -30,10 +34,31 @@ PARTS = ("rows", "total_ms", "compute_ms", "memory_ms", "comm_ms", "overhead_ms"
          "kv_gb", "activation_gb", "gemm_tflop", "expert_gemm_tflop", "attention_tflop")
 
 
-def step_parts(row: PublishedResult, num_requests: int = 500,
-               seq_choices: tuple[int, ...] = SEQ_CHOICES) -> tuple[float, int, dict[str, float]]:
-    """(simulated tokens/s per GPU, max_num_seqs, mean step parts per device) at the row's best batch."""
+def step_parts(row: PublishedResult, num_requests: int = 500, seq_choices: tuple[int, ...] = SEQ_CHOICES,
+               expert_stream: float | None = None,
+               expert_gemm_scale: float = 1.0) -> tuple[float, int, dict[str, float]]:
+    """(simulated tokens/s per GPU, max_num_seqs, mean step parts per device) at the row's best batch,
+    under the counterfactuals (module docstring) where given."""
     arch, hw = get_model(row.model), get_hardware(row.hardware)
+    if expert_stream is not None:
+        hw = replace(hw, efficiency=replace(hw.efficiency, expert_stream=expert_stream))
+    priced_cost = predict_mod.step_cost
+
+    def costed(*args, **kwargs):
+        cost = priced_cost(*args, **kwargs)
+        extra = (expert_gemm_scale - 1.0) * cost.expert_gemm_flops  # counted in gemm_flops too (cost.step_time)
+        return replace(cost, gemm_flops=cost.gemm_flops + extra, expert_gemm_flops=cost.expert_gemm_flops + extra)
+
+    if expert_gemm_scale != 1.0:
+        predict_mod.step_cost = costed
+    try:
+        return _recorded_best(arch, hw, row, num_requests, seq_choices)
+    finally:
+        predict_mod.step_cost = priced_cost
+
+
+def _recorded_best(arch, hw, row: PublishedResult, num_requests: int,
+                   seq_choices: tuple[int, ...]) -> tuple[float, int, dict[str, float]]:
     workload = row_workload(row, num_requests)
     candidates, why = _offline_candidates(arch, hw, row, workload, [parse_parallel(row.parallel)], seq_choices)
     if not candidates:
@@ -73,9 +98,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--hardware", default=None, help="comma-separated profiles (default: every row's)")
+    ap.add_argument("--isl-osl", default=None, help="comma-separated ISL/OSL pairs, e.g. 1024/1024 (default: all)")
+    ap.add_argument("--expert-stream", type=float, default=None, metavar="F")
+    ap.add_argument("--expert-gemm-scale", type=float, default=1.0, metavar="K")
     args = ap.parse_args(argv)
+    pairs = None if args.isl_osl is None else {tuple(int(x) for x in p.split("/")) for p in args.isl_osl.split(",")}
     rows = [r for r in RESULTS if r.model == args.model and r.dataset is None
-            and (args.hardware is None or r.hardware in args.hardware.split(","))]
+            and (args.hardware is None or r.hardware in args.hardware.split(","))
+            and (pairs is None or (r.isl, r.osl) in pairs)]
     if not rows:
         ap.error(f"no TensorRT-LLM row of {args.model} on {args.hardware or 'any hardware'}")
     print("| hardware | GPUs | layout | ISL/OSL | published | simulated | sim / published | seqs | rows | step ms "
@@ -83,7 +113,8 @@ def main(argv: list[str] | None = None) -> None:
           "| attention TFLOP |")
     print("|" + "---|" * 18)
     for row in rows:
-        simulated, seqs, p = step_parts(row)
+        simulated, seqs, p = step_parts(row, expert_stream=args.expert_stream,
+                                        expert_gemm_scale=args.expert_gemm_scale)
         print(f"| {row.hardware} | {row.num_gpus} | {row.parallel} | {row.isl}/{row.osl} | "
               f"{row.tokens_per_s_per_gpu:,.0f} | {simulated:,.0f} | {simulated / row.tokens_per_s_per_gpu:.2f} | "
               f"{seqs} | {p['rows']:,.0f} | {p['total_ms']:.1f} | {p['compute_ms']:.1f} | {p['memory_ms']:.1f} | "

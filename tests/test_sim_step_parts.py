@@ -30,3 +30,19 @@ def test_recorded_run_matches_the_search_and_its_parts_add_up():
     assert math.hypot(parts["compute_ms"], parts["memory_ms"]) <= forward * (1 + 1e-9)
     assert forward <= parts["compute_ms"] + parts["memory_ms"]
     assert parts["expert_weight_gb"] == 0 and parts["weight_gb"] > 0  # a dense model streams no experts
+
+
+def test_the_expert_counterfactuals_move_only_what_they_name():
+    row = next(r for r in RESULTS if r.model == "gpt-oss-120b" and r.dataset is None and r.hardware == "h200"
+               and (r.isl, r.osl) == (1024, 1024))
+    row = replace(row, num_requests=24)
+    base = step_parts(row, seq_choices=(8,))
+    streamed = step_parts(row, seq_choices=(8,), expert_stream=0.9)
+    slow = step_parts(row, seq_choices=(8,), expert_gemm_scale=2.0)
+    # Offline requests all arrive at once: the same steps run whatever they cost.
+    assert base[2]["rows"] == streamed[2]["rows"] == slow[2]["rows"]
+    assert streamed[2]["memory_ms"] < base[2]["memory_ms"] and streamed[2]["compute_ms"] == base[2]["compute_ms"]
+    assert streamed[0] > base[0]
+    assert math.isclose(slow[2]["expert_gemm_tflop"], 2 * base[2]["expert_gemm_tflop"])
+    assert slow[2]["compute_ms"] > base[2]["compute_ms"] and slow[2]["memory_ms"] == base[2]["memory_ms"]
+    assert slow[0] < base[0]
