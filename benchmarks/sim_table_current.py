@@ -43,7 +43,6 @@ RUNS = (
     "mlperf-405b-v51-gb200-server.md",
     "mlperf-dense-server-executor.md",
     "mlperf-405b-v51-h200-server-executor.md",
-    "trtllm-gpt-oss-recipe.md",
     "mlperf-deepseek-gb300-fp4.md",
     "mlperf-deepseek-gb300-rack-fp4.md",
     "mlperf-405b-gb300-fp4.md",
@@ -56,6 +55,7 @@ RUNS = (
     "mlperf-b300-interactive.md",
     "mlperf-deepseek-rerun-s37.md",
     "mlperf-llama2-70b-gb300-fp4.md",
+    "trtllm-gpt-oss-upcast.md",
 )
 
 

@@ -15,12 +15,13 @@ from tokenmill.sim import validate
 from tokenmill.sim.cost import (
     Parallel,
     expert_compute_precision,
+    expert_gemm_rate,
     kv_bytes_per_token,
     step_cost,
     step_time,
     weight_bytes,
 )
-from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.hardware import UPCAST_EXPERT_GEMM, get_hardware
 from tokenmill.sim.models import GptOssArch, get_model, model_shape
 from tokenmill.sim.predict import Deployment, kv_blocks
 from tokenmill.sim.published import RESULTS
@@ -110,7 +111,7 @@ def test_cli_runs_gpt_oss_120b_on_one_h100(capsys):
     assert f["config"]["precision"] == "fp8" and f["config"]["kv_blocks_per_replica"] > 0
 
 
-def test_mxfp4_experts_compute_in_bf16_on_hopper_and_fp8_on_blackwell():
+def test_mxfp4_experts_compute_upcast_to_bf16_on_hopper_and_in_fp8_on_blackwell():
     # TensorRT-LLM's gpt-oss support matrix: bf16 activations on Hopper (W4A16), MXFP8 on Blackwell.
     h200, b200 = get_hardware("h200"), get_hardware("b200")
     assert expert_compute_precision("mxfp4", h200, "fp8") == "bf16"
@@ -121,12 +122,19 @@ def test_mxfp4_experts_compute_in_bf16_on_hopper_and_fp8_on_blackwell():
     s = model_shape(OSS)
     assert cost.expert_format == "mxfp4"
     assert cost.expert_gemm_flops == 2 * 4096 * 36 * 4 * s.expert_params
-    # The step's compute: the experts' FLOPs at the bf16 rate, the rest at FP8's, attention at FP8's.
+    # The step's compute: the experts' FLOPs at the upcast bf16 rate (UPCAST_EXPERT_GEMM of the bf16
+    # peak), the rest at FP8's, attention at FP8's.
     eff = h200.efficiency
+    assert eff.upcast_expert_gemm == UPCAST_EXPERT_GEMM < eff.gemm_for("bf16")
+    assert expert_gemm_rate("mxfp4", h200, "fp8") == h200.flops["bf16"] * UPCAST_EXPERT_GEMM
+    assert expert_gemm_rate("mxfp4", b200, "fp4") == b200.flops["fp8"] * b200.efficiency.gemm_for("fp8")
+    plain = replace(h200, efficiency=replace(eff, upcast_expert_gemm=None))  # e.g. a calibrated profile
+    assert expert_gemm_rate("mxfp4", plain, "fp8") == h200.flops["bf16"] * eff.gemm_for("bf16")
 
     def rate(p):
         return h200.flops[p] * eff.gemm_for(p)
-    expected = ((cost.gemm_flops - cost.expert_gemm_flops) / rate("fp8") + cost.expert_gemm_flops / rate("bf16")
+    expected = ((cost.gemm_flops - cost.expert_gemm_flops) / rate("fp8")
+                + cost.expert_gemm_flops / (h200.flops["bf16"] * UPCAST_EXPERT_GEMM)
                 + cost.attention_flops / (h200.flops["fp8"] * eff.attention_for("fp8")))
     assert step_time(cost, h200, "fp8").compute_s == pytest.approx(expected, rel=1e-12)
     # A model whose experts follow the deployment prices every GEMM at its precision, as before.

@@ -67,6 +67,7 @@ def load_this_machine() -> Hardware:
     d = json.loads(PROFILE_PATH.read_text())
     # Profiles written before routed experts had their own stream rate stream them as the rest.
     d.setdefault("efficiency", {}).setdefault("expert_stream", None)
+    d["efficiency"].setdefault("upcast_expert_gemm", None)  # nor their own upcast GEMM rate
     return Hardware.from_dict(d)
 
 
@@ -225,7 +226,7 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
     for overlap, mem, gemm in itertools.product((True, False), grid, grid):
         hw = replace(base, overlap=overlap, efficiency=Efficiency(gemm=gemm, memory=mem, attention=gemm, comm=1.0,
                                                                   step_overhead_s=0.0, collective_latency_s=0.0,
-                                                                  expert_stream=None))
+                                                                  expert_stream=None, upcast_expert_gemm=None))
         bare = np.array([step_time(c, hw, precision).total_s for c in costs])
         x = _nonnegative_fit(columns / measured[:, None], (measured - bare) / measured)
         error = float(np.max(np.abs((bare + columns @ x) / measured - 1)))
@@ -235,7 +236,8 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
                                       eager_step_overhead_s=None if eager is None else float(eager),
                                       graph_max_rows=graph_max_rows if eager_steps else None,
                                       seq_overhead_s=float(per_seq), collective_latency_s=0.0,
-                                      expert_stream=None), overlap)  # no MoE layer timed: experts as the rest
+                                      # no MoE layer timed: experts as the rest
+                                      expert_stream=None, upcast_expert_gemm=None), overlap)
     return best[1], best[0], best[2]
 
 

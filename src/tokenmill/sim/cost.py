@@ -319,6 +319,15 @@ def expert_compute_precision(expert_format: str | None, hardware: Hardware, prec
     return precision
 
 
+def expert_gemm_rate(expert_format: str | None, hardware: Hardware, precision: str) -> float:
+    """FLOP/s of the routed experts' GEMMs: their ``expert_compute_precision``'s peak at its GEMM
+    fraction, or, for MXFP4 experts upcast to bf16 (no FP4 tensor cores), at
+    ``Efficiency.upcast_expert_gemm`` where the profile sets it (hardware.py ``UPCAST_EXPERT_GEMM``)."""
+    computed, eff = expert_compute_precision(expert_format, hardware, precision), hardware.efficiency
+    upcast = expert_format == "mxfp4" and computed == "bf16" and eff.upcast_expert_gemm is not None
+    return hardware.flops[computed] * (eff.upcast_expert_gemm if upcast else eff.gemm_for(computed))
+
+
 def _weight_read(s: ModelShape, r: _Rows, p: Parallel, bpp: float) -> tuple[float, float]:
     """Weight bytes one device streams in the step, as (its non-expert shard, the experts on
     its EP rank that at least one row is routed to, each read once)."""
@@ -441,7 +450,7 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     costs its launches and a large one little more than its device time.
     Routed experts' weights stream at ``eff.expert_stream`` of HBM (grouped GEMMs of a few
     rows per expert read far below the rate dense layers reach), the rest at ``eff.memory``.
-    GEMMs run at ``precision``, the routed experts' at ``expert_compute_precision`` where the
+    GEMMs run at ``precision``, the routed experts' at ``expert_gemm_rate`` where the
     model keeps its experts' own format; attention at ``cost.attention_precision`` where the
     device has it (FP8 over an FP8 KV cache), else bf16. Under the tile rule (``--tile-rule``) the
     dense layers' GEMMs lose what their tiles and waves leave idle (``_tiled_gemms_s``). A replica larger than the
@@ -453,10 +462,10 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     attn = next((p for p in (cost.attention_precision, "bf16") if p in hardware.flops), precision)
     attn_rate = hardware.flops[attn] * eff.attention_for(attn)
     compute = cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision)) + cost.attention_flops / attn_rate
-    expert_precision = expert_compute_precision(cost.expert_format, hardware, precision)
-    if expert_precision != precision:  # the experts' FLOPs at their own rate
-        compute += cost.expert_gemm_flops * (1 / (hardware.flops[expert_precision] * eff.gemm_for(expert_precision))
-                                             - 1 / (hardware.flops[precision] * eff.gemm_for(precision)))
+    dense_rate = hardware.flops[precision] * eff.gemm_for(precision)
+    expert_rate = expert_gemm_rate(cost.expert_format, hardware, precision)
+    if expert_rate != dense_rate:  # the experts' FLOPs at their own rate
+        compute += cost.expert_gemm_flops * (1 / expert_rate - 1 / dense_rate)
     compute += _tiled_gemms_s(cost, hardware, precision)
     experts = cost.expert_weight_bytes / (eff.expert_stream or eff.memory)
     memory = (experts + (cost.memory_bytes - cost.expert_weight_bytes) / eff.memory) / hardware.memory_bw

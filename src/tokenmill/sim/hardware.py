@@ -78,6 +78,14 @@ PR 20646). 0.23 is the median of the four. The published DeepSeek-R1 Server runs
 (docs/SIMULATOR-LOG.md "The step at the published rates"); DeepGEMM's FP8 masked grouped GEMM reads
 faster (0.61 of an H800's HBM at 256 rows per expert): the best kernels beat this figure."""
 
+UPCAST_EXPERT_GEMM = 0.23
+"""The fraction of the bf16 peak at which MXFP4 routed experts compute where the kernel upcasts them to
+bf16 (Hopper: W4A16, TensorRT-LLM's TRITON MoE backend for gpt-oss; ``Efficiency.upcast_expert_gemm``).
+The H100 layer behind ``EXPERT_WEIGHT_STREAM`` took 2.13 ms at 256 tokens and 2.31 ms at 1,024: under the
+cost model's sqrt rule its 204 GFLOP at 1,024 tokens (top-4 of 128 experts, 2,880 x 5,760 and 2,880 x
+2,880) took 0.90 ms beside the weight stream, 225 TFLOP/s, 0.23 of 989 (the dense bf16 fraction is 0.7).
+docs/SIMULATOR.md, "Where gpt-oss's step goes"."""
+
 EAGER_LAYER_S = 2.5e-4
 """Host time to launch one transformer layer's kernels from Python (no CUDA graph), per step, in
 a production engine: ``Efficiency.eager_layer_s`` of the datasheet GPU profiles, what
@@ -129,6 +137,10 @@ class Efficiency:
     """The fraction of HBM bandwidth at which routed-expert weights stream
     (``StepCost.expert_weight_bytes``), in place of ``memory``; None: ``memory``
     (a calibrated profile, whose microbenchmarks time no MoE layer)."""
+    upcast_expert_gemm: float | None = UPCAST_EXPERT_GEMM
+    """The fraction of the bf16 peak at which MXFP4 routed experts compute where the device has no
+    FP4 tensor cores and the kernel upcasts them to bf16 (cost.py ``expert_gemm_rate``), in place of
+    ``gemm_for('bf16')``; None: ``gemm_for`` (a calibrated profile)."""
     comm: float = 0.7
     """NCCL all-reduce bus bandwidth on NVLink reaches ~70-85% of the link rate
     for large messages; serving messages are small, so the low end."""
@@ -188,8 +200,9 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         values = {name: getattr(self, name) for name in ("gemm", "memory", "attention", "comm")}
-        if self.expert_stream is not None:
-            values["expert_stream"] = self.expert_stream
+        for name in ("expert_stream", "upcast_expert_gemm"):
+            if getattr(self, name) is not None:
+                values[name] = getattr(self, name)
         for table in ("gemm_by_precision", "tiled_gemm_by_precision", "attention_by_precision"):
             by_precision = getattr(self, table)
             values.update({f"{table}[{k}]": v for k, v in by_precision.items()})
