@@ -75,6 +75,9 @@ def test_every_value_type_and_tensor_kind_reads_like_the_gguf_package(tmp_path):
 def test_bad_files_are_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="bad.gguf: not a GGUF file"):
         parse(b"GGML" + bytes(20), "bad.gguf")
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty.gguf: 0 bytes, too short for a GGUF header"):
+        gguf_file(tmp_path / "empty.gguf")
     with pytest.raises(ValueError, match="GGUF version 1 is not supported"):
         parse(b"GGUF" + (1).to_bytes(4, "little") + bytes(16), "old.gguf")
     write_every_kind(tmp_path / "kinds.gguf")

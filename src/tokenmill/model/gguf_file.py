@@ -54,6 +54,9 @@ class GGUFTensor:
 
 @dataclass(frozen=True)
 class GGUFFile:
+    """One parsed file. ``gguf_file`` hands the same object to every caller in the process:
+    read its fields and tensors, never modify them (copy what must change)."""
+
     version: int
     fields: dict[str, Any]
     """Metadata as plain Python values (arrays as lists)."""
@@ -69,6 +72,8 @@ def gguf_file(path: str | os.PathLike) -> GGUFFile:
 
 @lru_cache(maxsize=2)
 def _parsed(path: str, size: int, mtime_ns: int) -> GGUFFile:
+    if size < 24:  # mmap refuses an empty file; a header is 24 bytes
+        raise ValueError(f"{path}: {size} bytes, too short for a GGUF header")
     with open(path, "rb") as f:
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return parse(buf, path)

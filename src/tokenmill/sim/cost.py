@@ -461,8 +461,8 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
     eff = hardware.efficiency
     attn = next((p for p in (cost.attention_precision, "bf16") if p in hardware.flops), precision)
     attn_rate = hardware.flops[attn] * eff.attention_for(attn)
-    compute = cost.gemm_flops / (hardware.flops[precision] * eff.gemm_for(precision)) + cost.attention_flops / attn_rate
     dense_rate = hardware.flops[precision] * eff.gemm_for(precision)
+    compute = cost.gemm_flops / dense_rate + cost.attention_flops / attn_rate
     expert_rate = expert_gemm_rate(cost.expert_format, hardware, precision)
     if expert_rate != dense_rate:  # the experts' FLOPs at their own rate
         compute += cost.expert_gemm_flops * (1 / expert_rate - 1 / dense_rate)
