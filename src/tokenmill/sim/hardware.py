@@ -82,9 +82,8 @@ UPCAST_EXPERT_GEMM = 0.23
 """The fraction of the bf16 peak at which MXFP4 routed experts compute where the kernel upcasts them to
 bf16 (Hopper: W4A16, TensorRT-LLM's TRITON MoE backend for gpt-oss; ``Efficiency.upcast_expert_gemm``).
 The H100 layer behind ``EXPERT_WEIGHT_STREAM`` took 2.13 ms at 256 tokens and 2.31 ms at 1,024: under the
-cost model's sqrt rule its 204 GFLOP at 1,024 tokens (top-4 of 128 experts, 2,880 x 5,760 and 2,880 x
-2,880) took 0.90 ms beside the weight stream, 225 TFLOP/s, 0.23 of 989 (the dense bf16 fraction is 0.7).
-docs/SIMULATOR.md, "Where gpt-oss's step goes"."""
+sqrt rule its 204 GFLOP at 1,024 tokens (top-4 of 128 experts, 2,880 x 5,760 and 2,880 x 2,880) took 0.90 ms
+beside the weight stream: 225 TFLOP/s, 0.23 of 989 (docs/SIMULATOR.md, "Where gpt-oss's step goes")."""
 
 EAGER_LAYER_S = 2.5e-4
 """Host time to launch one transformer layer's kernels from Python (no CUDA graph), per step, in
