@@ -32,10 +32,11 @@ def _gone(pid: int) -> bool:
 
 def _refused(url: str) -> bool:
     """No new request is served: the connection is refused, or (one that the
-    kernel queued as the listening socket closed) dropped without an answer."""
+    kernel queued as the listening socket closed) dropped or reset without an
+    answer."""
     try:
         httpx.get(f"{url}/health", timeout=2)
-    except (httpx.ConnectError, httpx.RemoteProtocolError):
+    except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
         return True
     return False
 
