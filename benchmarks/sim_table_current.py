@@ -38,7 +38,6 @@ RUNS = (
     "mlperf-deepseek-v51-offline-kernels.md",
     "mlperf-dense-server-kv-free.md",
     "mlperf-deepseek-server-host.md",
-    "mlperf-405b-v51-h200-offline-executor.md",
     "mlperf-405b-v51-executor.md",
     "mlperf-405b-v51-gb200-server.md",
     "mlperf-dense-server-executor.md",
@@ -56,6 +55,8 @@ RUNS = (
     "mlperf-deepseek-rerun-s37.md",
     "mlperf-llama2-70b-gb300-fp4.md",
     "trtllm-gpt-oss-upcast.md",
+    "mlperf-405b-pp.md",
+    "mlperf-405b-h200-pp.md",
 )
 
 

@@ -9,7 +9,16 @@ import pytest
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.published import RESULTS, PublishedResult
-from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel, parse_pools, row_workload, table
+from tokenmill.sim.validate import (
+    TOLERANCE,
+    Checked,
+    check_row,
+    parse_parallel,
+    parse_pools,
+    parse_pp,
+    row_workload,
+    table,
+)
 
 
 @pytest.mark.parametrize("text, parallel", [
@@ -19,15 +28,20 @@ from tokenmill.sim.validate import TOLERANCE, Checked, check_row, parse_parallel
     ("DEP4", Parallel(tp=1, ep=4, attention_dp=True)),
     ("TP8 EP8 attention-DP", Parallel(tp=1, ep=8, attention_dp=True)),
     ("TP8 EP8 attention-DP per 8-GPU instance", Parallel(tp=1, ep=8, attention_dp=True)),
+    ("TP2 PP2", Parallel(tp=2)),
 ])
 def test_parse_parallel(text, parallel):
     assert parse_parallel(text) == parallel
 
 
-@pytest.mark.parametrize("text, reason", [("TP2 PP2", "pipeline parallel"), (None, "no layout")])
-def test_parse_parallel_refuses(text, reason):
-    with pytest.raises(ValueError, match=reason):
-        parse_parallel(text)
+@pytest.mark.parametrize("text, stages", [("TP2 PP2", 2), ("TP4", 1), ("TP1 x8", 1), (None, 1)])
+def test_parse_pp(text, stages):
+    assert parse_pp(text) == stages
+
+
+def test_parse_parallel_refuses_a_row_without_a_layout():
+    with pytest.raises(ValueError, match="no layout"):
+        parse_parallel(None)
 
 
 def _row(**kw) -> PublishedResult:
@@ -61,7 +75,7 @@ def test_a_stated_concurrency_is_simulated_as_stated():
     (dict(model="mixtral-8x7b"), "not in the simulator"),
     (dict(isl=None, osl=None, dataset="gpt-oss-120b", scenario="offline"), "input lengths not published"),
     (dict(isl=None, osl=None), "no input and output lengths"),
-    (dict(parallel="TP2 PP2", num_gpus=4), "pipeline parallel"),
+    (dict(parallel="TP2 PP2", num_gpus=6), "does not divide"),
     (dict(parallel="TP4", num_gpus=6), "does not divide"),
 ])
 def test_check_row_skips_with_a_reason(kw, reason):
@@ -217,9 +231,9 @@ def test_rows_run_their_configs_step_budgets_where_read():
     v51 = [r for r in RESULTS if r.model == "llama3.1-405b" and "v5.1" in r.source]
     budgets = {(r.hardware, r.num_gpus, r.scenario): r.max_num_batched_tokens for r in v51}
     assert budgets == {("gb300", 72, "offline"): 1536, ("gb300", 72, "server"): 1536, ("b200", 8, "server"): 2048,
-                       ("gb200", 72, "server"): 2048,
+                       ("gb200", 72, "offline"): 1536, ("gb200", 72, "server"): 2048,
                        ("h200", 8, "offline"): 1536, ("h200", 8, "server"): 2560,
-                       ("b200", 8, "offline"): None, ("h100", 16, "offline"): None}  # configs not read in
+                       ("b200", 8, "offline"): 1536, ("h100", 16, "offline"): None}  # Cisco's config not read in
     # Dell's H200 NVL runs (v6.0): 1,536 tokens, the Interactive run 256.
     dell = [r for r in RESULTS if r.hardware == "h200-nvl"]
     assert {(r.model, r.scenario): r.max_num_batched_tokens for r in dell} == {
@@ -234,7 +248,10 @@ def test_rows_run_their_configs_step_budgets_where_read():
         ("llama2-70b", "interactive", 768), ("llama2-70b", "offline", 4608), ("llama2-70b", "server", 4608),
         ("llama3.1-405b", "offline", 1536), ("llama3.1-405b", "server", 1024), ("llama3.1-8b", "interactive", 12000),
         ("llama3.1-8b", "offline", 0), ("llama3.1-8b", "server", 0)]
-    assert {r.max_num_batched_tokens for r in RESULTS if r.dataset and r not in v51 + dell + b300} == {None}
+    # Google's v6.0 B200 Offline run, NVIDIA's v5.1 config: 1,536.
+    google = [r for r in RESULTS if "closed/Google/" in r.source]
+    assert [(r.model, r.scenario, r.max_num_batched_tokens) for r in google] == [("llama3.1-405b", "offline", 1536)]
+    assert {r.max_num_batched_tokens for r in RESULTS if r.dataset and r not in v51 + dell + b300 + google} == {None}
 
 
 def test_rows_fuse_the_all_reduces_where_their_configs_do():

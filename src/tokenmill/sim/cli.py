@@ -72,6 +72,9 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
     from tokenmill.sim.predict import Deployment
 
     parallel = Parallel(args.tp, args.ep, args.attention_dp)
+    if args.pp != 1 and (args.search or args.uplift or args.pareto):
+        flag = "--search" if args.search else "--uplift" if args.uplift else "--pareto"
+        raise ValueError(f"--pp and {flag}: {flag} does not try pipeline-parallel layouts; simulate the layout alone")
     accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
     search_splits = args.disagg == "auto"
     if search_splits and not args.search:
@@ -80,7 +83,7 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
         raise ValueError("--stream-interval: only matters with --host-stream-rate (the responses/s the host "
                          "handles); without it every token is seen when its step ends")
     split = None if search_splits else parse_disagg(args.disagg, _decode_pool(args, parallel))
-    devices = split.devices(parallel) if split else parallel.devices
+    devices = split.devices(parallel) if split else parallel.devices * args.pp
     return Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                       args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
                       mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
@@ -89,7 +92,7 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
                       kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
                       kv_cache_dtype=args.kv_cache_dtype, kernels=kernels, host_stream_rate=args.host_stream_rate,
                       stream_interval=args.stream_interval, cuda_graphs=args.cuda_graphs,
-                      eager_layer_s=_eager_layer_s(args))
+                      eager_layer_s=_eager_layer_s(args), pipeline_parallel=args.pp)
 
 
 def _eager_layer_s(args: argparse.Namespace) -> float | None:
@@ -333,8 +336,9 @@ def _table(f: dict) -> str:
         sched += f"; attention-DP prompt balancing {c['adp_balance'][0]}:{c['adp_balance'][1]}"
     if c.get("host_stream_rate"):
         sched += f"; host {c['host_stream_rate']:,.0f} responses/s, stream interval {c['stream_interval']}"
+    stages = f", pp {c['pp']}" if c.get("pp", 1) > 1 else ""
     lines = [f"{c['scenario']} on {c['num_gpus']} x {c['hardware']} ({c['replicas']} replica(s) of tp {c['tp']}, "
-             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}; {c['precision']}"
+             f"ep {c['ep']}{', attention dp' if c['attention_dp'] else ''}{stages}; {c['precision']}"
              f"{', tile rule' if c.get('tile_rule') else ''}{pools}{sched})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
              f"  tokens/s           {f['tokens_per_s']:,.0f}"]

@@ -64,6 +64,10 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--num-gpus", type=int, default=None, help="devices in the deployment (default: one replica)")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
+    g.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=int, default=1,
+                   help="pipeline stages of a replica, each of --tp/--ep devices, with as many micro-batches in "
+                        "flight, each under --max-num-seqs (docs/SIMULATOR.md; not with --search, --uplift, "
+                        "--pareto, --disagg or --mtp)")
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
@@ -194,7 +198,8 @@ def _add_workload_args(w) -> None:
                    help="draw each prompt's length from this MLPerf dataset's distribution (sim/mlperf_lengths.py) "
                         "and outputs of --osl tokens on average, shaped like its reference answers (replaces --isl)")
     w.add_argument("--num-requests", type=int, default=None,
-                   help="offline: requests, all issued at once (default 2000); server/interactive: a fixed count "
+                   help="offline: requests per replica (per micro-batch with --pp), all issued at once (default "
+                        "2000); server/interactive: a fixed count "
                         "instead of --duration (the QPS then capped at their Offline rate); validate: per replica "
                         "and batch size, for rows without a published count (default 2000)")
     w.add_argument("--duration", type=float, default=None, metavar="SECONDS",

@@ -226,8 +226,12 @@ def _expert_bytes(s: ModelShape, bpp: float) -> float:
 def weight_bytes(arch: ArchInfo, precision: str, parallel: Parallel | None = None) -> float:
     """Weights held (bytes): the whole model, or one device's share under ``parallel``.
     Embeddings, LM head and routers stay at least bf16 (as in FP8/NVFP4 checkpoints)."""
-    s, bpp = model_shape(arch), _bytes_per_param(precision)
-    p = parallel or Parallel()
+    return shape_weight_bytes(model_shape(arch), precision, parallel)
+
+
+def shape_weight_bytes(s: ModelShape, precision: str, parallel: Parallel | None = None) -> float:
+    """``weight_bytes`` of a model given by its ``ModelShape`` (a pipeline stage's: sim/pipeline.py)."""
+    bpp, p = _bytes_per_param(precision), parallel or Parallel()
     high = max(bpp, 2.0)
     head = s.embed_params + (0 if s.tied else s.lm_head_params)
     non_expert = (s.dense_params * bpp + (head + s.num_moe_layers * s.router_params) * high) / p.attn_tp
@@ -244,7 +248,11 @@ def kv_bytes_per_token(arch: ArchInfo, kv_dtype_bytes: float, parallel: Parallel
     window). Capacity thus ignores that fixed amount per sequence (gpt-oss-120b: 128
     tokens x 18 layers, 2.4 MB in fp8, as much as 128 more tokens of the full layers):
     it overstates the tokens that fit by at most window / sequence length."""
-    s = model_shape(arch)
+    return shape_kv_bytes_per_token(model_shape(arch), kv_dtype_bytes, parallel)
+
+
+def shape_kv_bytes_per_token(s: ModelShape, kv_dtype_bytes: float, parallel: Parallel | None = None) -> float:
+    """``kv_bytes_per_token`` of a model given by its ``ModelShape`` (a pipeline stage's)."""
     shard = min((parallel or Parallel()).attn_tp, s.kv_heads)
     return (s.num_layers - s.num_sliding_layers) * s.kv_values_per_token * kv_dtype_bytes / shard
 

@@ -1,7 +1,8 @@
 """One deployment, one scenario -> the figures ``tokenmill sim`` prints.
 
 A deployment is ``num_gpus / devices`` identical replicas (data parallel), each
-``Parallel(tp, ep, attention_dp)`` over its devices, each running our engine's
+``Parallel(tp, ep, attention_dp)`` over its devices (times ``pipeline_parallel``
+stages: sim/pipeline.py, a scheduler per micro-batch), each running our engine's
 scheduler (serving.py) over step times from the cost model (cost.py) on a
 hardware profile (hardware.py). Offline and SingleStream load every replica
 alike, so one replica is simulated and its figures scaled. Server and
@@ -24,7 +25,14 @@ import math
 from dataclasses import asdict, dataclass, replace
 
 from tokenmill.sim.adp_balance import AdpBalance
-from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
+from tokenmill.sim.cost import (
+    Parallel,
+    kv_bytes_per_token,
+    shape_kv_bytes_per_token,
+    shape_weight_bytes,
+    step_cost,
+    step_time,
+)
 from tokenmill.sim.cuda_graphs import without_cuda_graphs
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
 from tokenmill.sim.hardware import Hardware
@@ -33,6 +41,7 @@ from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.models import model_shape
 from tokenmill.sim.mtp_module import draft_seconds
+from tokenmill.sim.pipeline import cycle_seconds, stage_shape
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.scenarios import (
     MLPERF_SERVER_MIN_QUERIES,
@@ -128,6 +137,10 @@ class Deployment:
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
+    pipeline_parallel: int = 1
+    """Pipeline stages of a replica (``--pp``), each of ``parallel``'s devices (sim/pipeline.py): the
+    replica spans ``parallel.devices x pipeline_parallel`` devices and runs that many micro-batches,
+    each scheduled under ``max_num_seqs`` and the token budget."""
 
     @property
     def kv_dtype_bytes(self) -> float:
@@ -136,7 +149,17 @@ class Deployment:
 
     @property
     def replicas(self) -> int:
-        return self.disagg.replicas if self.disagg else self.num_gpus // self.parallel.devices
+        return self.disagg.replicas if self.disagg else self.num_gpus // self.replica_devices
+
+    @property
+    def replica_devices(self) -> int:
+        """Devices of one aggregated replica: its layout's, times its pipeline stages."""
+        return self.parallel.devices * self.pipeline_parallel
+
+    @property
+    def engines(self) -> int:
+        """Schedulers the deployment runs: one per replica, or per micro-batch of a pipeline."""
+        return self.replicas * self.pipeline_parallel
 
     @property
     def prompt_balance(self) -> AdpBalance | None:
@@ -235,9 +258,10 @@ def runtime_buffer_bytes(arch, d: Deployment, parallel: Parallel) -> float:
 
 
 def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str = "--tp/--ep") -> int:
-    """KV blocks of one replica of ``parallel``; ValueError naming ``flags`` (the layout's) when
-    its weights do not fit."""
-    weights = weight_bytes(arch, d.precision, parallel)
+    """KV blocks of one replica of ``parallel`` (a pipeline's: every micro-batch's together, sized on
+    its busiest stage); ValueError naming ``flags`` (the layout's) when its weights do not fit."""
+    stage = stage_shape(model_shape(arch), d.pipeline_parallel)
+    weights = shape_weight_bytes(stage, d.precision, parallel)
     if d.kv_free_fraction is None:
         usable = hw.memory_bytes * d.memory_fraction
         room = usable - weights
@@ -255,7 +279,7 @@ def kv_blocks(arch, hw: Hardware, d: Deployment, parallel: Parallel, flags: str 
             raise ValueError(f"--kv-cache-memory-gib: {cache / 2**30:.2f} GiB of KV cache per device and "
                              f"{weights / 1e9:.1f} GB of weights do not fit in {hw.name}'s memory")
         room = cache
-    per_token = kv_bytes_per_token(arch, d.kv_dtype_bytes, parallel)
+    per_token = shape_kv_bytes_per_token(stage, d.kv_dtype_bytes, parallel)
     # Under attention DP each of the dp groups caches its own sequences: dp times one device's room.
     return int(room * parallel.dp / (per_token * d.block_size))
 
@@ -264,6 +288,10 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
     """KV blocks per replica (the prefill replicas' when disaggregated); ValueError naming
     the flag when it cannot run."""
     split = d.disagg
+    if d.pipeline_parallel < 1:
+        raise ValueError(f"--pp: must be >= 1, got {d.pipeline_parallel}")
+    if d.pipeline_parallel > 1 and (split or d.mtp_depth):
+        raise ValueError(f"--pp: pipeline parallel with {'--disagg' if split else '--mtp'} is not modelled")
     if split:
         taken = split.devices(d.parallel)
         if taken != d.num_gpus:
@@ -271,8 +299,8 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
                              f"{split.decode_replicas} replicas of {d.parallel.devices} (prefill) and "
                              f"{d.decode_parallel.devices} (decode) devices take {taken}")
         kv_blocks(arch, hw, d, d.decode_parallel, "--decode-tp/--decode-ep")
-    elif d.num_gpus % d.parallel.devices:
-        raise ValueError(f"--num-gpus: {d.num_gpus} is not a multiple of the replica's {d.parallel.devices} devices")
+    elif d.num_gpus % d.replica_devices:
+        raise ValueError(f"--num-gpus: {d.num_gpus} is not a multiple of the replica's {d.replica_devices} devices")
     return kv_blocks(arch, hw, d, d.parallel)
 
 
@@ -289,19 +317,25 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
             cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
             drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
             return (step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts) * scale
-        return seconds
+
+        def cycle(shape: StepShape) -> float:  # one micro-batch of a pipeline (sim/pipeline.py)
+            return cycle_seconds(model_shape(arch), shape, parallel, d.pipeline_parallel, d.precision, kv_bytes,
+                                 hw, d.fused_allreduce) * scale
+        return cycle if d.pipeline_parallel > 1 else seconds
 
     seconds = step_seconds(d.parallel)
 
-    config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d), num_kv_blocks=blocks,
+    # Each scheduler (a replica, or a pipeline's micro-batch) has its share of the replica's KV blocks.
+    config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d),
+                       num_kv_blocks=blocks // d.pipeline_parallel,
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance,
                        overlap_scheduler=d.overlap_scheduler, host_path=host_path(d))
-    # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
+    # Aggregated: one scheduler's share of the load is simulated (Server and Interactive: a routed
     # group's share); disaggregated: all of it.
     routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
-    group = min(d.replicas, ROUTED_GROUP) if routed else 1
-    share = 1 if d.disagg else d.replicas / group
+    group = min(d.engines, ROUTED_GROUP) if routed else 1
+    share = 1 if d.disagg else d.engines / group
     num_requests = w.num_requests * (d.replicas if d.disagg else group)
     decode_blocks = None
     if d.disagg:
@@ -326,7 +360,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     if d.disagg and w.scenario == "singlestream" and w.requests is None:
         raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
     if w.requests is not None:
-        result, qps = run(list(w.requests if d.disagg else w.requests[::d.replicas])), None  # one replica's share
+        result, qps = run(list(w.requests if d.disagg else w.requests[::d.engines])), None  # one scheduler's share
     else:
         result, qps = _scenario(w, run, seconds, config, num_requests, share)
     figures = _figures(result, hw, d, w, blocks, qps, share, decode_blocks)
@@ -433,7 +467,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
         "qps": qps * share if qps is not None else None,
         "cost_per_million_tokens": cost,
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
-                   **asdict(d.parallel), "precision": d.precision, "kv_cache_dtype": d.kv_cache_dtype,
+                   **asdict(d.parallel), "pp": d.pipeline_parallel, "precision": d.precision,
+                   "kv_cache_dtype": d.kv_cache_dtype,
                    "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "kv_free_fraction": d.kv_free_fraction,

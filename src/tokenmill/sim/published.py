@@ -368,7 +368,10 @@ RESULTS: tuple[PublishedResult, ...] = (
             "TP2", f"{_ISSUE17}: 224"),
     _mlperf(_V51, "NVIDIA", _GB300, "llama3.1-405b", "Server", "llama3.1-405b", "gb300", 72, "fp4", 12248.42,
             "TP2", f"{_ISSUE17}: 170", fused=True),
-    # MLPerf v5.1, GB200 NVL72 (its Offline run is TP2 PP2, not modelled)
+    # MLPerf v5.1, GB200 NVL72
+    _mlperf(_V51, "NVIDIA", _GB200, "llama3.1-405b", "Offline", "llama3.1-405b", "gb200", 72, "fp4", 14774.3,
+            "TP2 PP2", "18 TP2 PP2 executors (closed/NVIDIA/configs/GB200-NVL72_GB200-186GB_aarch64x72/Offline/"
+            "llama3_1-405b.py: batch 2048, max_num_tokens 1536, gemm_allreduce_plugin)", fused=True),
     _mlperf(_V51, "NVIDIA", _GB200, "llama3.1-405b", "Server", "llama3.1-405b", "gb200", 72, "fp4", 11614.28,
             "TP4", "18 TP4 executors (closed/NVIDIA/configs/GB200-NVL72_GB200-186GB_aarch64x72/Server/"
             "llama3_1-405b.py: batch 256, max_num_tokens 2048, gemm_allreduce_plugin)", fused=True),
@@ -397,7 +400,8 @@ RESULTS: tuple[PublishedResult, ...] = (
     _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama2-70b-99", "Server", "llama2-70b", "h200", 8, "fp8",
             34029.38),
     _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline", "llama3.1-405b", "h200", 8, "fp8",
-            552.749, fused=True),
+            552.749, "TP4 PP2", "closed/Nebius/configs/H200-SXM-141GBx8/Offline/llama3_1-405b.py: TP4 PP2, "
+            "max_num_tokens 1536", fused=True),
     _mlperf(_V51, "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server", "llama3.1-405b", "h200", 8, "fp8",
             295.36, fused=True),
     _mlperf(_V51, "HPE", "HPE_Cray_XD670_H200_SXM_141GBx8_TRT", "llama3.1-8b", "Offline", "llama3.1-8b", "h200", 8,

@@ -31,10 +31,13 @@ def runs_overlap_scheduler(round_name: str, model: str) -> bool:
 MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 1536,
+    ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 2048,
+    ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 2048,
     ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v5.1", "Nebius", "H200-SXM-141GBx8_TRT", "llama3.1-405b", "Server"): 2560,
+    ("v6.0", "Google", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 1536,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Offline"): 1536,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama3.1-8b", "Server"): 1536,
     ("v6.0", "Dell", "XE7740_H200_NVL_141GBx8_TRT", "llama2-70b-99", "Offline"): 1536,
@@ -53,8 +56,10 @@ MLPERF_MAX_NUM_TOKENS: dict[tuple[str, str, str, str, str], int] = {
 """The per-rank step budget (the runtime flags' ``max_num_tokens``, at most the build flags': 256-12,000)
 of the MLPerf v5.1 Llama-3.1-405B runs of NVIDIA and Nebius: ``closed/<org>/configs/<system without
 _TRT>/<Scenario>/llama3_1-405b.py`` in mlcommons/inference_results_v5.1 @965182b (Nebius's H200 rows
-search their layout: its Offline config is TP4 PP2, not modelled, its Server config TP8; NVIDIA's B200
-Offline row, TP2 PP2, is skipped and was not read); and Dell's v6.0 H200 NVL runs, ``closed/Dell/configs/
+run their configs' layouts: TP4 PP2 Offline, TP8 Server, which the Server row's search finds; NVIDIA's
+B200 and GB200 rack Offline rows, TP2 PP2, 1,536 like the GB300's), Google's v6.0 B200 Offline run, whose config
+(closed/Google/configs/B200-SXM-180GBx8/Offline/llama3_1-405b.py in inference_results_v6.0 @232fbf9) is
+NVIDIA's v5.1 one (TP2 PP2, batch 128, 1,536 tokens); and Dell's v6.0 H200 NVL runs, ``closed/Dell/configs/
 XE7740_H200_NVL_141GBx8/<Scenario>/{llama3_1-8b,llama2-70b}.py`` (1,536 tokens, the Interactive run
 256 beside a batch of 256); and NVIDIA's v6.0 B300 node, ``closed/NVIDIA/configs/B300-SXM-270GBx{8,1,2}/
 <Scenario>/{deepseek-r1,llama2-70b,llama3_1-405b}.py`` (DeepSeek-R1 and Llama-2-70B 4,608, the build

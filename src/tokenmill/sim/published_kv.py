@@ -70,6 +70,7 @@ MLPERF_KV_FREE_FRACTION: dict[tuple[str, str, str, str, str], float] = {
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Offline"): 0.95,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Server"): 0.95,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Interactive"): 0.95,
+    ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 0.95,
     ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 0.95,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 0.95,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 0.95,

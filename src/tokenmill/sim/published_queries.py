@@ -58,6 +58,7 @@ MLPERF_QUERIES: dict[tuple[str, str, str, str, str], int] = {
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Server"): 884_736,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama2-70b-99", "Interactive"): 270_336,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Offline"): 8_313,
+    ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Offline"): 116_382,
     ("v5.1", "NVIDIA", "GB200-NVL72_GB200-186GB_aarch64x72_TRT", "llama3.1-405b", "Server"): 33_252,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-405b", "Server"): 8_313,
     ("v5.1", "NVIDIA", "B200-SXM-180GBx8_TRT", "llama3.1-8b", "Offline"): 735_240,

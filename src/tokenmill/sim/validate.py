@@ -5,8 +5,8 @@ parallel layout and a workload; the simulator runs the same deployment and the
 row's error is simulated / published - 1 in output tokens/s per GPU.
 
 Which rows run: those whose model the simulator knows and whose layout it
-can express (tensor parallel, expert parallel, attention DP; not pipeline
-parallel). TensorRT-LLM's tables are Offline runs of fixed ISL/OSL-token
+can express (tensor parallel, expert parallel, attention DP, and pipeline
+parallel as sim/pipeline.py prices it). TensorRT-LLM's tables are Offline runs of fixed ISL/OSL-token
 requests. MLPerf rows draw their requests from the dataset's length
 distribution (sim/mlperf_lengths.py; outputs of the mean the published run's
 log shows) and run the row's scenario as long as the published run and
@@ -91,12 +91,10 @@ class Checked:
 
 
 def parse_parallel(text: str | None) -> Parallel:
-    """A published layout ("TP8", "TP2 x4", "DEP4", "TP8 EP8 attention-DP", "TP1 x8") as
-    one replica's Parallel; ValueError for what the simulator does not model (PP)."""
+    """A published layout ("TP8", "TP2 x4", "DEP4", "TP8 EP8 attention-DP", "TP1 x8", "TP2 PP2") as
+    one replica's Parallel (a pipeline stage's: ``parse_pp`` reads the stages)."""
     if not text:
         raise ValueError("no layout published")
-    if re.search(r"\bPP\d", text):
-        raise ValueError(f"pipeline parallel ({text}) is not modelled")
     if m := re.fullmatch(r"DEP(\d+)", text):
         return Parallel(tp=1, ep=int(m[1]), attention_dp=True)
     tp = int(m[1]) if (m := re.search(r"\bTP(\d+)", text)) else 1
@@ -104,6 +102,12 @@ def parse_parallel(text: str | None) -> Parallel:
     if "attention-DP" in text:
         return Parallel(tp=1, ep=ep, attention_dp=True)
     return Parallel(tp=tp, ep=ep)
+
+
+def parse_pp(text: str | None) -> int:
+    """Pipeline stages of a published layout ("TP2 PP2": 2); 1 where it names none."""
+    m = re.search(r"\bPP(\d+)", text or "")
+    return int(m[1]) if m else 1
 
 
 _POOLS = re.compile(r"(\d+) x (.+?) prefill \(batch (\d+), (\d+) tokens\) \+ (\d+) x (.+?) decode \(batch (\d+)\)")
@@ -165,11 +169,12 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
                                                    kv_free_fraction=row.kv_free_fraction, kernels=row.kernels,
                                                    kv_cache_dtype=row.kv_cache_dtype,
                                                    mtp_depth=mtp_depth, mtp_tokens_per_step=mtp_tokens), hardware_for)
-    if given and row.num_gpus % given.devices:
+    pp = parse_pp(row.parallel)
+    if given and row.num_gpus % (given.devices * pp):
         return Checked(row, None, None, f"{row.parallel} does not divide {row.num_gpus} GPUs")
     arch, hw = get_model(row.model), hardware_for(row.hardware)
     parallels = [given] if given else [p for p in layouts(arch, hw, row.num_gpus) if p.devices <= MAX_SEARCHED_DEVICES]
-    candidates, why = _offline_candidates(arch, hw, row, workload, parallels, seq_choices)
+    candidates, why = _offline_candidates(arch, hw, row, workload, parallels, seq_choices, pp)
     if not candidates:
         return Checked(row, None, None, why)
     if workload.scenario == "offline":
@@ -200,9 +205,9 @@ def _check_pools(row: PublishedResult, workload: Workload, d: Deployment,
 
 
 def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, parallels: list[Parallel],
-                        seq_choices: tuple[int, ...]) -> tuple[list[tuple[float, Deployment]], str]:
-    """(Offline tokens/s per GPU, deployment) for every layout and batch the KV cache
-    holds, best first; with the reason none ran when the list is empty. An MLPerf row's
+                        seq_choices: tuple[int, ...], pp: int = 1) -> tuple[list[tuple[float, Deployment]], str]:
+    """(Offline tokens/s per GPU, deployment) for every layout (of ``pp`` pipeline stages) and batch
+    the KV cache holds, best first; with the reason none ran when the list is empty. An MLPerf row's
     runs here are short ones of ``--num-requests`` (at least two batches): a bound and an
     order for the timed runs (``_timed_offline``, ``_peak``)."""
     out, why = [], "no layout fits"
@@ -212,25 +217,25 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
                           overlap_scheduler=row.overlap_scheduler, kv_free_fraction=row.kv_free_fraction,
                           kernels=row.kernels, kv_cache_dtype=row.kv_cache_dtype,
                           host_stream_rate=row.host_stream_rate,
-                          stream_interval=row.stream_interval,
+                          stream_interval=row.stream_interval, pipeline_parallel=pp,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
             blocks = check_deployment(arch, hw, base)
         except ValueError as e:  # the weights do not fit
             why = str(e)
             continue
-        fit = blocks // -(-(workload.isl + workload.osl) // base.block_size)
+        fit = blocks // pp // -(-(workload.isl + workload.osl) // base.block_size)  # per scheduler
         if fit < 1:
             why = f"one {workload.isl}+{workload.osl}-token request does not fit the KV cache"
             continue
         per = parallel.devices if parallel.attention_dp else 1
         # A TensorRT-LLM run of a published request count: exactly that many per replica, and no batch
         # above it. (An MLPerf row's count is its timed run's, Workload.min_queries.)
-        measured = -(-row.num_requests // base.replicas) if row.num_requests and row.dataset is None else None
+        measured = -(-row.num_requests // base.engines) if row.num_requests and row.dataset is None else None
         top = min(fit, max(seq_choices) * per, measured or fit)
         choices = {s * per for s in seq_choices if s * per <= top} | {top}
         if row.max_num_seqs:  # the source's own concurrency, per replica: no search
-            choices = {min(fit, -(-row.max_num_seqs // base.replicas))}
+            choices = {min(fit, -(-row.max_num_seqs // base.engines))}
         for seqs in sorted(choices):
             d = replace(base, max_num_seqs=seqs)
             requests = measured or max(workload.num_requests, 2 * seqs)
