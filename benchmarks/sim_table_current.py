@@ -33,14 +33,11 @@ RUN_DIR = Path("results/sim-validate")
 RUNS = (
     "trtllm-kv-free.md",
     "mlperf-dense-offline-kv-free.md",
-    "mlperf-dense-interactive-kv-free.md",
     "mlperf-405b-kv-free.md",
     "mlperf-deepseek-v51-offline-kernels.md",
-    "mlperf-dense-server-kv-free.md",
     "mlperf-deepseek-server-host.md",
     "mlperf-405b-v51-executor.md",
     "mlperf-405b-v51-gb200-server.md",
-    "mlperf-dense-server-executor.md",
     "mlperf-405b-v51-h200-server-executor.md",
     "mlperf-deepseek-gb300-fp4.md",
     "mlperf-deepseek-gb300-rack-fp4.md",
@@ -51,12 +48,13 @@ RUNS = (
     "mlperf-b300-deepseek-server.md",
     "mlperf-b300.md",
     "trtllm-long.md",
-    "mlperf-b300-interactive.md",
     "mlperf-deepseek-rerun-s37.md",
     "mlperf-llama2-70b-gb300-fp4.md",
     "trtllm-gpt-oss-upcast.md",
     "mlperf-405b-pp.md",
     "mlperf-405b-h200-pp.md",
+    "mlperf-8b-host-seq.md",
+    "mlperf-70b-host-seq.md",
 )
 
 

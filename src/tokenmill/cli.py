@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "`tokenmill sim validate` compares it with published results: most rows of "
                                      "TensorRT-LLM's tables and DeepSeek-R1's and Llama-3.1-405B's MLPerf v6.0 rows "
                                      "within 25%, their v5.1 GB300 rack rows too; NVIDIA's DeepSeek-R1 GB300 rack "
-                                     "Server run, the Interactive rows but one, Llama-3.1-8B on Blackwell, "
+                                     "Server run, the Interactive rows but two, Llama-3.1-8B's Blackwell Offline "
+                                     "rows, "
                                      "DeepSeek-R1's long answers on Blackwell and a third of gpt-oss's rows not "
                                      "(docs/SIMULATOR.md). "
                                      "`tokenmill sim calibrate` fits a this-machine profile to the engine here.")

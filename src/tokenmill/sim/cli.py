@@ -92,7 +92,8 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
                       kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
                       kv_cache_dtype=args.kv_cache_dtype, kernels=kernels, host_stream_rate=args.host_stream_rate,
                       stream_interval=args.stream_interval, cuda_graphs=args.cuda_graphs,
-                      eager_layer_s=_eager_layer_s(args), pipeline_parallel=args.pp)
+                      eager_layer_s=_eager_layer_s(args), pipeline_parallel=args.pp,
+                      host_seq_s=None if args.host_seq_us is None else args.host_seq_us / 1e6)
 
 
 def _eager_layer_s(args: argparse.Namespace) -> float | None:
@@ -334,6 +335,8 @@ def _table(f: dict) -> str:
         sched += f"; no CUDA graphs ({c['eager_step_ms']:.1f} ms of host work an eager step)"
     if c.get("adp_balance"):
         sched += f"; attention-DP prompt balancing {c['adp_balance'][0]}:{c['adp_balance'][1]}"
+    if c.get("host_seq_s"):
+        sched += f"; host {c['host_seq_s'] * 1e6:.0f} us per sequence a step"
     if c.get("host_stream_rate"):
         sched += f"; host {c['host_stream_rate']:,.0f} responses/s, stream interval {c['stream_interval']}"
     stages = f", pp {c['pp']}" if c.get("pp", 1) > 1 else ""

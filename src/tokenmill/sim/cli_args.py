@@ -182,6 +182,10 @@ def _add_scheduling_args(g) -> None:
                         "and last token (as `tokenmill serve --stream-interval`, TensorRT-LLM's and vLLM's "
                         "stream_interval; most MLPerf v6.0 DeepSeek-R1 Server configs set 20-200, v5.1's left 1) "
                         "(default: %(default)s)")
+    g.add_argument("--host-seq-us", type=float, default=None, metavar="US",
+                   help="host microseconds per sequence of a step, overlapping the GPU's work: a step lasts at "
+                        "least US x its sequences (the published Llama Server runs on x86 hosts: ~63, "
+                        "docs/SIMULATOR.md 'The host's time per sequence'); default: not modelled")
     g.add_argument("--router", default="kv", choices=ROUTER_NAMES,
                    help="how Server and Interactive arrivals pick a replica, as `tokenmill serve --router`: kv "
                         "(least KV blocks held or prompt blocks pending), least-loaded (fewest requests in flight: "

@@ -53,3 +53,21 @@ def held_out_rate(round_name: str, org: str, system: str, hardware: str) -> floa
     rates = [rate for key, rate in IMPLIED_RATES.items()
              if key[0] == round_name and kind[key] == host_kind(hardware) and key != (round_name, org, system)]
     return statistics.median(rates) if rates else None
+
+
+def host_seq_seconds(round_name: str, org: str, system: str, hardware: str) -> float | None:
+    """Host seconds per running sequence per step of a published Llama Server or Interactive run
+    (predict.py ``Deployment.host_seq_s``): 1 / ``held_out_rate``, the round's own where it has one,
+    else v5.1's (no v6.0 run on an x86 host streamed every token, so none implies a rate); None where
+    neither round has a rate on that host kind.
+
+    Why the DeepSeek-R1 runs' response rate bounds a Llama step: the published Llama-3.1-8B Server and
+    Interactive runs on Blackwell take 61.6-62.2 us per sequence in flight per step (mean TPOT over the
+    sequences decoding, sim/served_latency.py ``in_flight``: Lambda's B200 17.0 ms at 276, NVIDIA's v5.1
+    B200 28.5 ms at 458, GigaComputing's B300 19.3 ms at 311), 1.2-1.5x the cost model's step there,
+    against 63-66 us per response that the v5.1 x86 DeepSeek-R1 runs' TTFT implies (15,185-17,176
+    responses/s but NVIDIA's 19,754). Lambda's run streams every 20th token and takes the same time per
+    sequence as NVIDIA's, which streams every token: host work per sequence and step, whatever the stream
+    interval. Where the GPU's step is longer (every Hopper and Llama-2-70B run), it hides that work."""
+    return next((1.0 / rate for r in (round_name, "v5.1")
+                 if (rate := held_out_rate(r, org, system, hardware)) is not None), None)

@@ -137,6 +137,10 @@ class Deployment:
     disagg: PoolSplit | None = None
     """Prefill and decode replicas (prefill: of ``parallel`` and ``max_num_seqs``; decode: of
     the split's own layout and batch limit where it names them); None: aggregated replicas."""
+    host_seq_s: float | None = None
+    """Host seconds per sequence of a step, overlapping the device's work: a step lasts at least this
+    times its sequences (``--host-seq-us``; the published Llama Server and Interactive rows, sim/host_rates.py
+    ``host_seq_seconds``); None: the host keeps up with any step."""
     pipeline_parallel: int = 1
     """Pipeline stages of a replica (``--pp``), each of ``parallel``'s devices (sim/pipeline.py): the
     replica spans ``parallel.devices x pipeline_parallel`` devices and runs that many micro-batches,
@@ -290,6 +294,8 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
     split = d.disagg
     if d.pipeline_parallel < 1:
         raise ValueError(f"--pp: must be >= 1, got {d.pipeline_parallel}")
+    if d.host_seq_s is not None and not (d.host_seq_s > 0 and math.isfinite(d.host_seq_s)):
+        raise ValueError(f"--host-seq-us: must be a finite number > 0, got {d.host_seq_s * 1e6}")
     if d.pipeline_parallel > 1 and (split or d.mtp_depth):
         raise ValueError(f"--pp: pipeline parallel with {'--disagg' if split else '--mtp'} is not modelled")
     if split:
@@ -321,7 +327,14 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         def cycle(shape: StepShape) -> float:  # one micro-batch of a pipeline (sim/pipeline.py)
             return cycle_seconds(model_shape(arch), shape, parallel, d.pipeline_parallel, d.precision, kv_bytes,
                                  hw, d.fused_allreduce) * scale
-        return cycle if d.pipeline_parallel > 1 else seconds
+
+        device = cycle if d.pipeline_parallel > 1 else seconds
+        if not d.host_seq_s:
+            return device
+
+        def hosted(shape: StepShape) -> float:  # the host's work per sequence overlaps the device's step
+            return max(device(shape), d.host_seq_s * (shape.num_decodes + len(shape.prefills)))
+        return hosted
 
     seconds = step_seconds(d.parallel)
 
@@ -477,7 +490,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "overlap_scheduler": d.overlap_scheduler, "kernels": d.kernels,
                    "cuda_graphs": d.cuda_graphs, "tile_rule": hw.efficiency.tile_rule,
                    "eager_step_ms": None if d.cuda_graphs else hw.efficiency.eager_step_overhead_s * 1e3,
-                   "host_stream_rate": d.host_stream_rate,
+                   "host_stream_rate": d.host_stream_rate, "host_seq_s": d.host_seq_s,
                    "stream_interval": d.stream_interval if d.host_stream_rate else None,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,
                    "disagg": _pools(d, decode_blocks),

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from tokenmill.sim.host_rates import held_out_rate
+from tokenmill.sim.host_rates import held_out_rate, host_seq_seconds
 from tokenmill.sim.published_harness import MLPERF_MAX_NUM_TOKENS, runs_overlap_scheduler
 from tokenmill.sim.published_kv import MLPERF_KV_FREE_FRACTION, TRTLLM_BENCH_DEFAULT
 from tokenmill.sim.published_queries import MLPERF_QUERIES
@@ -105,6 +105,9 @@ class PublishedResult:
     host_stream_rate: float | None = None
     """Responses/s of each instance's host (sim/host_path.py), for the DeepSeek-R1 Server rows where
     other runs of the same round on the same host CPU give it (sim/host_rates.py); None: not modelled."""
+    host_seq_s: float | None = None
+    """Host seconds per sequence of a step (predict.py ``Deployment.host_seq_s``), for the Llama Server and
+    Interactive rows: sim/host_rates.py ``host_seq_seconds``; None: not modelled."""
 
 
 MTP3_TOKENS_PER_STEP = 2.82
@@ -212,7 +215,9 @@ def _mlperf(rnd: str, org: str, system: str, bench: str, scenario: str, model: s
                            kv_free_fraction=kv, kernels="v5.1" if (round_name, model) == ("v5.1", "deepseek-r1")
                            else "v6.0", stream_interval=stream,
                            host_stream_rate=held_out_rate(round_name, org, system, hw)
-                           if (model, scenario) == ("deepseek-r1", "Server") else None)
+                           if (model, scenario) == ("deepseek-r1", "Server") else None,
+                           host_seq_s=host_seq_seconds(round_name, org, system, hw)
+                           if model.startswith("llama") and scenario != "Offline" else None)
 
 
 _TRT_NEW = ("NVIDIA/TensorRT-LLM docs/source/developer-guide/perf-overview.md @03e27c7d "

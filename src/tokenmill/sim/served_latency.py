@@ -53,6 +53,7 @@ import numpy as np
 
 from tokenmill.sim.cost import Parallel, step_cost, step_time
 from tokenmill.sim.hardware import Hardware, get_hardware
+from tokenmill.sim.host_rates import host_seq_seconds
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.mlperf_lengths import dataset_means, length_draws
 from tokenmill.sim.models import get_model
@@ -110,6 +111,15 @@ class ServedRun:
     host_stream_rate: float | None = None
     """Responses/s of the instance's host (sim/host_path.py); None: not modelled (the records leave it
     out: benchmarks/host_rate_fit.py reads each run's from its TTFT)."""
+
+    @property
+    def host_seq_s(self) -> float | None:
+        """The host's seconds per sequence of a step (predict.py ``Deployment.host_seq_s``): a Llama run's,
+        from the DeepSeek-R1 runs' response rates (sim/host_rates.py ``host_seq_seconds``); None for
+        DeepSeek-R1, whose host is its response stream (``host_stream_rate``)."""
+        if not self.model.startswith("llama"):
+            return None
+        return host_seq_seconds(self.round, self.org, self.system, self.hardware)
 
     @property
     def overlap_scheduler(self) -> bool:
@@ -309,7 +319,7 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
                    adp_balance=run.adp_balance, overlap_scheduler=run.overlap_scheduler, kernels=run.kernels,
                    fused_allreduce=run.fused_allreduce,
                    kv_free_fraction=run.kv_free_fraction, host_stream_rate=run.host_stream_rate,
-                   stream_interval=run.stream_interval)
+                   stream_interval=run.stream_interval, host_seq_s=run.host_seq_s)
     w = Workload("server", isl, osl, preset=run.model, dataset=run.model, osl_max=osl_max, duration_s=duration_s,
                  target_qps=run.qps / run.instances, min_queries=-(-run.queries // run.instances))
     f = predict(get_model(run.model), get_hardware(run.hardware), d, w)
@@ -321,8 +331,9 @@ def check_run(run: ServedRun, duration_s: float = MLPERF_MIN_DURATION_S) -> Late
 def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0,
                              hardware: Hardware | None = None) -> float:
     """The cost model's mean step (ms) on one instance of ``run`` holding the run's own sequences
-    in flight (``ServedRun.in_flight``), as the published mean TPOT is the run's mean step; at
-    the run's kernel generation (sim/kernels.py: ``replace(run, kernels="v6.0")`` for the bare model's).
+    in flight (``ServedRun.in_flight``), as the published mean TPOT is the run's mean step, and at least
+    the host's time for its sequences (``ServedRun.host_seq_s``); at the run's kernel generation
+    (sim/kernels.py: ``replace(run, kernels="v6.0")`` for the bare model's).
 
     Each step draws its decodes' contexts as a moment of the run sees them: a request picked in
     proportion to its output length (a long answer is in flight longer), at a uniform point of
@@ -357,8 +368,9 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0,
         else:  # whole prompts, each in the step it arrives
             prefills, waiting = tuple(PrefillChunk(p, 0) for p, _ in waiting), []
         cost = step_cost(arch, StepShape(tuple(contexts.tolist()), prefills), run.parallel, run.precision, kv_bytes)
-        total += step_time(cost, hw, run.precision, run.fused_allreduce).total_s
-    return total / steps * 1e3 * step_scale(run.kernels)
+        device = step_time(cost, hw, run.precision, run.fused_allreduce).total_s * step_scale(run.kernels)
+        total += max(device, (run.host_seq_s or 0.0) * (batch + len(prefills)))
+    return total / steps * 1e3
 
 
 def _fill_budget(waiting: list[list[int]], budget: int) -> tuple[PrefillChunk, ...]:

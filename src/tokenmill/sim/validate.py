@@ -167,7 +167,7 @@ def check_row(row: PublishedResult, num_requests: int, seq_choices: tuple[int, .
                                                    chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                                                    overlap_scheduler=row.overlap_scheduler,
                                                    kv_free_fraction=row.kv_free_fraction, kernels=row.kernels,
-                                                   kv_cache_dtype=row.kv_cache_dtype,
+                                                   kv_cache_dtype=row.kv_cache_dtype, host_seq_s=row.host_seq_s,
                                                    mtp_depth=mtp_depth, mtp_tokens_per_step=mtp_tokens), hardware_for)
     pp = parse_pp(row.parallel)
     if given and row.num_gpus % (given.devices * pp):
@@ -216,7 +216,7 @@ def _offline_candidates(arch, hw, row: PublishedResult, workload: Workload, para
                           chunked_prefill=row.chunked_prefill, adp_balance=row.adp_balance,
                           overlap_scheduler=row.overlap_scheduler, kv_free_fraction=row.kv_free_fraction,
                           kernels=row.kernels, kv_cache_dtype=row.kv_cache_dtype,
-                          host_stream_rate=row.host_stream_rate,
+                          host_stream_rate=row.host_stream_rate, host_seq_s=row.host_seq_s,
                           stream_interval=row.stream_interval, pipeline_parallel=pp,
                           max_num_batched_tokens=row.max_num_batched_tokens or Deployment.max_num_batched_tokens)
         try:
