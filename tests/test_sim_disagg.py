@@ -114,7 +114,8 @@ def test_search_with_splits_tries_disaggregated_candidates():
     base = Deployment(2, Parallel(), "fp8")
     w = Workload("offline", 512, 16, num_requests=20)
     found = search(arch, hw, base, w, splits=True)
-    assert len(found) == num_candidates(arch, hw, 2, splits=True) == 18  # tp 1 x (aggregated, 1:1) + tp 2
+    # tp 1 x (aggregated, 1:1) + tp 2 + tp 1 pp 2 (a pipeline is never split), 6 batch limits each
+    assert len(found) == num_candidates(arch, hw, 2, splits=True) == 24
     assert {c.disagg for c in found} == {None, PoolSplit(1, 1)}
     assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
     with pytest.raises(ValueError, match="--disagg auto: only with --search"):
@@ -128,17 +129,17 @@ def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypat
     import tokenmill.sim.search as search_module
     from tokenmill.sim.search import num_candidates, search
 
-    monkeypatch.setattr(search_module, "SEQ_CHOICES", (32, 256))  # 8 candidates: a short test
+    monkeypatch.setattr(search_module, "SEQ_CHOICES", (32, 256))  # 14 candidates: a short test
     arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
-    base = Deployment(8, Parallel(), "fp8")  # TP 1, 2, 4, 8: the wide ones far behind per GPU
+    base = Deployment(8, Parallel(), "fp8")  # TP 1, 2, 4, 8 and TP 1, 2, 4 x PP 2: the wide ones far behind
     w = Workload("server", 512, 64, num_requests=24)
     pruned: list = []
     found = search(arch, hw, base, w, pruned=pruned)
     assert pruned and len(found) + len(pruned) == num_candidates(arch, hw, 8)
     assert max(c.score for c in pruned) * search_module.BOUND_MARGIN < found[0].score
-    offline = {(c.parallel, c.max_num_seqs): c.score
+    offline = {(c.parallel, c.pipeline_parallel, c.max_num_seqs): c.score
                for c in search(arch, hw, base, Workload("offline", 512, 64, num_requests=24))}
-    assert all(c.score <= offline[(c.parallel, c.max_num_seqs)] for c in found)
+    assert all(c.score <= offline[(c.parallel, c.pipeline_parallel, c.max_num_seqs)] for c in found)
     monkeypatch.setattr(search_module, "BOUND_MARGIN", float("inf"))  # nothing pruned
     everything = search(arch, hw, base, w)
     assert len(everything) == num_candidates(arch, hw, 8)

@@ -112,3 +112,17 @@ def test_a_published_pipeline_row_runs_as_its_layout():
     flat = check_row(replace(row, parallel="TP1 x4"), num_requests=64, seq_choices=(16, 64))
     assert piped.simulated is not None and piped.parallel == Parallel(tp=1)
     assert 0.8 < piped.simulated / flat.simulated < 1.0
+
+
+def test_the_search_tries_two_stages_for_dense_models_only():
+    from tokenmill.sim.search import num_candidates, pipeline_layouts, search
+
+    hw = get_hardware("h100")
+    dense = pipeline_layouts(get_model("llama3.1-8b"), hw, 8)
+    assert [(p, pp) for p, pp in dense if pp > 1] == [(Parallel(tp=t), 2) for t in (1, 2, 4)]
+    assert all(pp == 1 for _, pp in pipeline_layouts(get_model("deepseek-r1"), get_hardware("h200"), 8))
+    arch, base = get_model("llama3.1-8b"), Deployment(2, Parallel(), "fp8")
+    found = search(arch, hw, base, Workload("offline", 256, 32, num_requests=16))
+    assert len(found) == num_candidates(arch, hw, 2) == 18  # tp 1, tp 2, tp 1 x pp 2; 6 batch limits each
+    piped = [c for c in found if c.pipeline_parallel == 2]
+    assert len(piped) == 6 and all(c.figures["config"]["pp"] == 2 for c in piped)

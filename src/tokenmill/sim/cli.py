@@ -72,8 +72,10 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
     from tokenmill.sim.predict import Deployment
 
     parallel = Parallel(args.tp, args.ep, args.attention_dp)
-    if args.pp != 1 and (args.search or args.uplift or args.pareto):
-        flag = "--search" if args.search else "--uplift" if args.uplift else "--pareto"
+    if args.pp != 1 and args.search:
+        raise ValueError("--pp and --search: the search tries pipeline stages itself (it replaces --tp/--pp)")
+    if args.pp != 1 and (args.uplift or args.pareto):
+        flag = "--uplift" if args.uplift else "--pareto"
         raise ValueError(f"--pp and {flag}: {flag} does not try pipeline-parallel layouts; simulate the layout alone")
     accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
     search_splits = args.disagg == "auto"
@@ -315,7 +317,7 @@ def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
     return {**found[0].figures, "pruned_by_offline_bound": len(pruned), "searched": [
-        {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp,
+        {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp, "pp": c.pipeline_parallel,
          "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"],
          "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
         for c in found[:10]]}
@@ -363,6 +365,7 @@ def _table(f: dict) -> str:
         if i == 0:
             lines.append("  best layouts searched (tokens/s per GPU):")
         pools = f", disagg {c['disagg']}" if c.get("disagg") else ""
+        pools += f", pp {c['pp']}" if c.get("pp", 1) > 1 else ""
         lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
                      f"max-num-seqs {c['max_num_seqs']:>5}{pools}: {c['tokens_per_s_per_gpu']:,.0f}")
     if f.get("pruned_by_offline_bound"):

@@ -66,17 +66,18 @@ def _add_deployment_args(g) -> None:
     g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
     g.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=int, default=1,
                    help="pipeline stages of a replica, each of --tp/--ep devices, with as many micro-batches in "
-                        "flight, each under --max-num-seqs (docs/SIMULATOR.md; not with --search, --uplift, "
-                        "--pareto, --disagg or --mtp)")
+                        "flight, each under --max-num-seqs (docs/SIMULATOR.md; not with --uplift, --pareto, "
+                        "--disagg or --mtp; --search tries 2 stages for dense models)")
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
     g.add_argument("--search", action="store_true",
-                   help="search the replica layout (TP, EP, attention DP) and --max-num-seqs for the most tokens/s "
-                        "per GPU on --num-gpus (server/interactive: at the peak QPS meeting the limits, skipping "
-                        "candidates whose Offline figure cannot reach the best); replaces "
-                        "--tp/--ep/--attention-dp/--max-num-seqs")
+                   help="search the replica layout (TP, EP, attention DP; 2 pipeline stages for dense models) and "
+                        "--max-num-seqs for the most tokens/s per GPU on --num-gpus (server/interactive: at the peak "
+                        "QPS meeting the limits, skipping candidates whose Offline figure cannot reach the best); "
+                        "replaces --tp/--ep/--pp/--attention-dp/--max-num-seqs")
     g.add_argument("--pareto", default=None, metavar="PATH",
                    help="plot tokens/s per GPU against tokens/s per user (1000 / TPOT p50) over --max-num-seqs "
-                        "1..1024 and the layouts --search tries on --num-gpus (else the --tp/--ep layout), with "
+                        "1..1024 and the layouts --search tries on --num-gpus but its pipelines (else the --tp/--ep "
+                        "layout), with "
                         "the Pareto front; writes PATH (.png) and the points as .json next to it")
     g.add_argument("--precision", default=None, choices=("fp32", "bf16", "fp8", "fp4"),
                    help="weights and GEMMs (default: the hardware's, as published runs use: fp8 Hopper, fp4 Blackwell)")

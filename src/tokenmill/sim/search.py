@@ -10,9 +10,12 @@ devices (every ``d`` among 1, 2, 4, 8, 16, 32, 64, 72 that divides it):
 - an MoE model: experts over ``ep = d`` ranks with the non-expert layers
   either tensor-parallel (``tp = min(d, 8)``) or data-parallel (attention DP,
   DeepSeek's decode layout), and plain ``tp = d`` without EP for ``d <= 8``;
-and for each, ``max_num_seqs`` per replica from ``SEQ_CHOICES`` (attention DP:
-per device, since each device holds its own sequences). Layouts whose weights
-do not fit are skipped.
+- a dense model, also pipelines of ``PIPELINE_STAGES`` stages of ``tp = d / 2``
+  (sim/pipeline.py; the published Llama-3.1-405B Offline runs' TP2 PP2 and TP4 PP2),
+  ``d`` at most 8;
+and for each, ``max_num_seqs`` per replica (per micro-batch of a pipeline) from
+``SEQ_CHOICES`` (attention DP: per device, since each device holds its own sequences).
+Layouts whose weights do not fit are skipped.
 
 With ``splits`` (``--search --disagg auto``), each layout of two or more
 replicas is also tried disaggregated (sim/disagg.py), with the prefill pool
@@ -50,6 +53,8 @@ from tokenmill.sim.predict import Deployment, Workload, check_deployment, predic
 REPLICA_SIZES = (1, 2, 4, 8, 16, 32, 64, 72)
 SEQ_CHOICES = (32, 64, 128, 256, 512, 1024)
 MAX_TP = 8
+PIPELINE_STAGES = 2
+"""The stages the search tries for dense models (deeper pipelines: ``--pp`` by hand)."""
 PREFILL_SHARES = (1 / 8, 1 / 4, 1 / 3, 1 / 2, 2 / 3)
 BOUND_MARGIN = 1.25
 """How far a Server run's tokens/s may be trusted not to pass the Offline
@@ -66,6 +71,7 @@ class Candidate:
     figures: dict
     disagg: PoolSplit | None = None
     """predict()'s figures for this candidate."""
+    pipeline_parallel: int = 1
 
     @property
     def score(self) -> float:
@@ -83,6 +89,18 @@ def layouts(arch, hw: Hardware, num_gpus: int) -> list[Parallel]:
             tp = max(t for t in (1, 2, 4, 8) if t <= min(d, MAX_TP, hw.scale_up_size) and d % t == 0)
             out += [Parallel(tp=tp, ep=d), Parallel(tp=1, ep=d, attention_dp=True)]
     return list(dict.fromkeys(out))
+
+
+def pipeline_layouts(arch, hw: Hardware, num_gpus: int) -> list[tuple[Parallel, int]]:
+    """(stage layout, stages) pairs the search tries: every ``layouts`` one unpipelined, then for a
+    dense model ``PIPELINE_STAGES`` stages of ``tp`` devices wherever the replica holds at most
+    ``MAX_TP`` devices and divides ``num_gpus`` (module docstring)."""
+    out = [(p, 1) for p in layouts(arch, hw, num_gpus)]
+    pp = PIPELINE_STAGES
+    if model_shape(arch).num_moe_layers == 0 and model_shape(arch).num_layers >= pp:
+        out += [(Parallel(tp=tp), pp) for tp in (1, 2, 4, 8)
+                if tp * pp <= min(MAX_TP, num_gpus) and num_gpus % (tp * pp) == 0 and tp <= hw.scale_up_size]
+    return out
 
 
 def pool_splits(replicas: int) -> list[PoolSplit | None]:
@@ -125,14 +143,15 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
 
 def _deployment(base: Deployment, c: Candidate) -> Deployment:
     # The step budget stays the engine's flag: predict.step_budget scales it per dp rank, never under the batch.
-    return replace(base, parallel=c.parallel, max_num_seqs=c.max_num_seqs, disagg=c.disagg)
+    return replace(base, parallel=c.parallel, max_num_seqs=c.max_num_seqs, disagg=c.disagg,
+                   pipeline_parallel=c.pipeline_parallel)
 
 
 def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool):
     """(Candidate without figures, its deployment) for every candidate whose weights fit."""
-    for parallel in layouts(arch, hw, base.num_gpus):
-        trial = replace(base, parallel=parallel, disagg=None)
-        options = pool_splits(base.num_gpus // parallel.devices) if splits else [None]
+    for parallel, pp in pipeline_layouts(arch, hw, base.num_gpus):
+        trial = replace(base, parallel=parallel, disagg=None, pipeline_parallel=pp)
+        options = pool_splits(base.num_gpus // parallel.devices) if splits and pp == 1 else [None]
         try:
             check_deployment(arch, hw, trial)
         except ValueError:  # weights do not fit this layout
@@ -142,7 +161,7 @@ def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool):
         per = parallel.devices if parallel.attention_dp else 1
         for split in options:
             for seqs in SEQ_CHOICES:
-                c = Candidate(parallel, seqs * per, {}, split)
+                c = Candidate(parallel, seqs * per, {}, split, pp)
                 yield c, _deployment(trial, c)
 
 
@@ -156,5 +175,6 @@ def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None) -> li
 
 
 def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False) -> int:
-    options = sum(len(pool_splits(num_gpus // p.devices)) if splits else 1 for p in layouts(arch, hw, num_gpus))
+    options = sum(len(pool_splits(num_gpus // p.devices)) if splits and pp == 1 else 1
+                  for p, pp in pipeline_layouts(arch, hw, num_gpus))
     return options * len(SEQ_CHOICES)
