@@ -126,3 +126,29 @@ def test_the_search_tries_two_stages_for_dense_models_only():
     assert len(found) == num_candidates(arch, hw, 2) == 18  # tp 1, tp 2, tp 1 x pp 2; 6 batch limits each
     piped = [c for c in found if c.pipeline_parallel == 2]
     assert len(piped) == 6 and all(c.figures["config"]["pp"] == 2 for c in piped)
+
+
+def test_the_flow_shop_holds_a_micro_batch_behind_a_slower_one():
+    from tokenmill.sim.pipeline import FlowShop
+
+    times = {1: 1.0, 2: 3.0}  # seconds per stage, by the step's decode count
+    shop = FlowShop(2, lambda shape: (times[shape.num_decodes], 0.0))
+    small, big = StepShape(decode_contexts=(10,)), StepShape(decode_contexts=(10, 10))
+    assert shop.start(0.0) == 0.0 and shop.step_time(0.0)(small) == 2.0  # two stages of 1 s, out at 2
+    assert shop.start(0.0) == 1.0  # the next waits for the first stage
+    assert shop.step_time(1.0)(big) == 6.0  # stage 0 from 1 to 4, stage 1 from 4 to 7
+    assert shop.start(2.0) == 4.0  # the small one, out at 2, waits for the big one to leave stage 0
+    assert shop.step_time(4.0)(small) == 4.0  # stage 0 from 4 to 5, stage 1 waits until 7: out at 8
+    floored = FlowShop(2, lambda shape: (1.0, 0.5), min_seconds=lambda shape: 10.0)
+    assert floored.step_time(0.0)(small) == 10.0  # the host's floor over the 2.5 s of stages and host
+
+
+def test_routed_pipelines_need_a_flow_shop_for_whole_groups():
+    from tokenmill.sim.routed import simulate_routed
+    from tokenmill.sim.serving import SimConfig, SimRequest
+
+    requests, config = [SimRequest(0.0, 8, 4)], SimConfig(max_num_seqs=4, max_num_batched_tokens=64, num_kv_blocks=64)
+    with pytest.raises(ValueError, match="pipeline"):
+        simulate_routed(requests, 3, lambda shape: 0.01, config, pipeline=2, flow_shop=lambda: None)
+    with pytest.raises(ValueError, match="pipeline"):
+        simulate_routed(requests, 2, lambda shape: 0.01, config, pipeline=2)

@@ -35,12 +35,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tokenmill.sim.cost import Parallel
+from tokenmill.sim.cost import Parallel, kv_bytes_per_token
+from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime
+
+if TYPE_CHECKING:
+    from tokenmill.sim.predict import Deployment
 
 
 @dataclass(frozen=True)
@@ -110,3 +115,19 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
                            split.decode_replicas, decode).finish_s
     steps, preemptions, seqs, tokens = (int(v) for v in totals)
     return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, busy)
+
+
+def transfer_time(arch, hw: Hardware, d: Deployment):
+    """Seconds to move a prompt's KV from a prefill to a decode replica: each
+    device sends its shard (and receives the decode layout's) over NVLink when both
+    pools fit in one scale-up domain, else over the scale-out network, at the
+    profile's communication efficiency, plus one collective latency; the larger
+    shard of the two layouts sets the pace."""
+    per_token = max(kv_bytes_per_token(arch, d.kv_dtype_bytes, p)
+                    for p in (d.parallel, d.decode_parallel))
+    link = hw.interconnect_bw if d.num_gpus <= hw.scale_up_size else hw.scale_out_bw
+    rate = link * hw.efficiency.comm
+
+    def seconds(prompt_tokens: int) -> float:
+        return prompt_tokens * per_token / rate + hw.efficiency.collective_latency_s
+    return seconds

@@ -8,30 +8,32 @@ replicas; NVIDIA's v5.1 and Google's v6.0 configs). How the simulator prices it:
   busiest stage, the last, which also holds the LM head; the first holds the embedding
   instead, no larger), so a device holds about 1/N of the layers' weights and of every
   cached token's KV: the replica's KV cache is sized on that stage.
-- **Time.** In steady state every stage works on a different micro-batch, and each stage
-  takes the micro-batches in turn: one micro-batch steps once every N stage times
-  (``cycle_seconds``), and its tokens (a prompt's first token too) come out N stage times
-  after it was scheduled. A stage's time is the cost model's step over its own layers
-  (cost.py ``shape_step_cost`` of ``stage_shape``), tensor-parallel all-reduces inside the
-  stage included; the host's per-step work is paid once per cycle. Activations cross to the
-  next stage while that stage still works on the micro-batch before: hidden in steady
-  state, not priced.
-- **Scheduling.** So a replica runs as N schedulers, one per micro-batch
-  (predict.py ``Deployment.engines``), each with 1/N of the replica's KV blocks and its
-  own ``max_num_seqs`` and token budget (vLLM's per-virtual-engine scheduling; TensorRT-LLM
-  schedules each micro-batch under the same limits).
+- **Scheduling.** A replica runs N schedulers, one per micro-batch (predict.py
+  ``Deployment.engines``), each with 1/N of the replica's KV blocks and its own
+  ``max_num_seqs`` and token budget (vLLM's per-virtual-engine scheduling; TensorRT-LLM
+  schedules each micro-batch under the same limits); arrivals are routed among them as
+  among replicas (sim/routed.py).
+- **Time.** The stages are a flow shop (``FlowShop``): a micro-batch's step enters the first
+  stage when that stage is done with the step before, passes every stage in turn, each
+  taking the step's stage time once it is free, and its tokens (a prompt's first token too)
+  come out of the last; the micro-batch schedules its next step then. A stage's time is the
+  cost model's step over the busiest stage's layers (cost.py ``shape_step_cost`` of
+  ``stage_shape``), tensor-parallel all-reduces inside the stage included; the host's
+  per-step work is paid once per step, after the last stage. So micro-batches of unequal
+  size hold each other up, as in a pipeline: one with a long prompt chunk delays the
+  others' next stages. Alike micro-batches step once every N stage times
+  (``cycle_seconds``, also a lone micro-batch's latency). Activations cross to the next
+  stage while it still works on the micro-batch before: not priced.
 
-Not modelled: micro-batches of unequal size holding each other up. A stage takes the N
-micro-batches one after another, so a round lasts the sum of their stage times and each
-micro-batch steps once per round; the simulation runs each micro-batch's scheduler on its
-own, at N times its own stage time, which is the same round when the micro-batches are
-alike (Offline at a full batch) and optimistic where one carries a long prompt chunk and
-the others only decodes. Nor the pipeline's fill and drain (one round each), MTP drafts
-(``--mtp`` with ``--pp`` is refused) or disaggregated pools of pipelines.
+Not modelled: stages of unequal time (each is priced as the busiest), the pipeline's
+bubbles when fewer than N micro-batches have work beyond the flow shop's own, MTP drafts
+(``--mtp`` with ``--pp`` is refused) and disaggregated pools of pipelines.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 
@@ -64,10 +66,59 @@ def stage_shape(s: ModelShape, pp: int) -> ModelShape:
                    norm_params=-(-s.norm_params * layers // s.num_layers))
 
 
-def cycle_seconds(s: ModelShape, shape: StepShape, parallel: Parallel, pp: int, precision: str,
-                  kv_dtype_bytes: float, hardware: Hardware, fused_allreduce: bool = False) -> float:
-    """Seconds between two steps of one micro-batch of ``shape`` (its rows; module docstring):
-    ``pp`` times the busiest stage's device time, plus the host's per-step work once."""
+def stage_seconds(s: ModelShape, shape: StepShape, parallel: Parallel, pp: int, precision: str,
+                  kv_dtype_bytes: float, hardware: Hardware, fused_allreduce: bool = False) -> tuple[float, float]:
+    """(one stage's device seconds, the host's seconds once) for a micro-batch step of ``shape``."""
     cost = shape_step_cost(stage_shape(s, pp), shape, parallel, precision, kv_dtype_bytes)
     t = step_time(cost, hardware, precision, fused_allreduce)
-    return pp * (t.total_s - t.overhead_s) + t.overhead_s
+    return t.total_s - t.overhead_s, t.overhead_s
+
+
+def cycle_seconds(s: ModelShape, shape: StepShape, parallel: Parallel, pp: int, precision: str,
+                  kv_dtype_bytes: float, hardware: Hardware, fused_allreduce: bool = False) -> float:
+    """Seconds one micro-batch step of ``shape`` takes through an otherwise idle pipeline, and
+    between two steps of alike micro-batches in steady state: ``pp`` stage times, the host once."""
+    device, host = stage_seconds(s, shape, parallel, pp, precision, kv_dtype_bytes, hardware, fused_allreduce)
+    return pp * device + host
+
+
+StageTime = Callable[[StepShape], tuple[float, float]]
+"""A micro-batch step's (seconds in each stage, host seconds after the last): ``stage_seconds``."""
+
+
+class FlowShop:
+    """One pipeline replica's stages, shared by its micro-batches' schedulers (sim/routed.py):
+    ``start`` says when a micro-batch ready at ``t`` enters the first stage, ``step_time(start)``
+    is the step-time function for the step entering then (module docstring)."""
+
+    def __init__(self, stages: int, stage_time: StageTime, min_seconds: Callable[[StepShape], float] | None = None):
+        self.free = [-math.inf] * stages
+        """When each stage is done with the last step that entered it."""
+        self.stage_time = stage_time
+        self.min_seconds = min_seconds
+        """A floor on a step's seconds from its start (the host's time per sequence), or None."""
+
+    def start(self, t: float) -> float:
+        return max(t, self.free[0])
+
+    def step_time(self, start: float) -> Callable[[StepShape], float]:
+        def seconds(shape: StepShape) -> float:
+            device, host = self.stage_time(shape)
+            leaves = start
+            for s, free in enumerate(self.free):
+                leaves = max(leaves, free) + device
+                self.free[s] = leaves
+            took = leaves - start + host
+            return max(took, self.min_seconds(shape)) if self.min_seconds else took
+        return seconds
+
+
+def flow_shops(s: ModelShape, parallel: Parallel, pp: int, precision: str, kv_dtype_bytes: float,
+               hardware: Hardware, fused_allreduce: bool = False, scale: float = 1.0,
+               min_seconds: Callable[[StepShape], float] | None = None) -> Callable[[], FlowShop]:
+    """A maker of one deployment's ``FlowShop``s: stage times from the cost model (``stage_seconds``)
+    x ``scale`` (the kernel generation, sim/kernels.py), and ``min_seconds`` as each step's floor."""
+    def stage(shape: StepShape) -> tuple[float, float]:
+        device, host = stage_seconds(s, shape, parallel, pp, precision, kv_dtype_bytes, hardware, fused_allreduce)
+        return device * scale, host * scale
+    return lambda: FlowShop(pp, stage, min_seconds)

@@ -27,21 +27,20 @@ from dataclasses import asdict, dataclass, replace
 from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import (
     Parallel,
-    kv_bytes_per_token,
     shape_kv_bytes_per_token,
     shape_weight_bytes,
     step_cost,
     step_time,
 )
 from tokenmill.sim.cuda_graphs import without_cuda_graphs
-from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
+from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg, transfer_time
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.host_path import HostPath
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.models import model_shape
 from tokenmill.sim.mtp_module import draft_seconds
-from tokenmill.sim.pipeline import cycle_seconds, stage_shape
+from tokenmill.sim.pipeline import cycle_seconds, flow_shops, stage_shape
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.scenarios import (
     MLPERF_SERVER_MIN_QUERIES,
@@ -324,7 +323,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
             drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
             return (step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts) * scale
 
-        def cycle(shape: StepShape) -> float:  # one micro-batch of a pipeline (sim/pipeline.py)
+        def cycle(shape: StepShape) -> float:  # a lone micro-batch through a pipeline (sim/pipeline.py)
             return cycle_seconds(model_shape(arch), shape, parallel, d.pipeline_parallel, d.precision, kv_bytes,
                                  hw, d.fused_allreduce) * scale
 
@@ -333,9 +332,14 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
             return device
 
         def hosted(shape: StepShape) -> float:  # the host's work per sequence overlaps the device's step
-            return max(device(shape), d.host_seq_s * (shape.num_decodes + len(shape.prefills)))
+            return max(device(shape), host_floor(shape))
         return hosted
 
+    def host_floor(shape: StepShape) -> float:
+        return d.host_seq_s * (shape.num_decodes + len(shape.prefills))
+
+    flow_shop = flow_shops(model_shape(arch), d.parallel, d.pipeline_parallel, d.precision, kv_bytes, hw,
+                           d.fused_allreduce, scale, host_floor if d.host_seq_s else None)
     seconds = step_seconds(d.parallel)
 
     # Each scheduler (a replica, or a pipeline's micro-batch) has its share of the replica's KV blocks.
@@ -344,10 +348,12 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance,
                        overlap_scheduler=d.overlap_scheduler, host_path=host_path(d))
-    # Aggregated: one scheduler's share of the load is simulated (Server and Interactive: a routed
-    # group's share); disaggregated: all of it.
+    # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
+    # group's share; a pipeline's: its micro-batches' schedulers together); disaggregated: all of it.
     routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
-    group = min(d.engines, ROUTED_GROUP) if routed else 1
+    pp = d.pipeline_parallel
+    group = (pp * min(d.replicas, max(1, ROUTED_GROUP // pp) if routed else 1) if pp > 1
+             else min(d.engines, ROUTED_GROUP) if routed else 1)
     share = 1 if d.disagg else d.engines / group
     num_requests = w.num_requests * (d.replicas if d.disagg else group)
     decode_blocks = None
@@ -364,6 +370,9 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
 
         def run(requests):
             return simulate_disagg(requests, d.disagg, prefill, decode, transfer)
+    elif pp > 1:
+        def run(requests):
+            return simulate_routed(requests, group, seconds, config, d.router, pipeline=pp, flow_shop=flow_shop)
     elif group > 1:
         def run(requests):
             return simulate_routed(requests, group, seconds, config, d.router)
@@ -373,7 +382,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     if d.disagg and w.scenario == "singlestream" and w.requests is None:
         raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
     if w.requests is not None:
-        result, qps = run(list(w.requests if d.disagg else w.requests[::d.engines])), None  # one scheduler's share
+        result, qps = run(list(w.requests if d.disagg else w.requests[::d.engines // group])), None  # one share
     else:
         result, qps = _scenario(w, run, seconds, config, num_requests, share)
     figures = _figures(result, hw, d, w, blocks, qps, share, decode_blocks)
@@ -435,22 +444,6 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
     qps, result = find_peak_qps(arrivals, seconds, config, limits, run=run, max_qps=math.inf if timed else start,
                                 start_qps=start, step=HINTED_STEP if hinted else 2.0)
     return result, qps
-
-
-def transfer_time(arch, hw: Hardware, d: Deployment):
-    """Seconds to move a prompt's KV from a prefill to a decode replica: each
-    device sends its shard (and receives the decode layout's) over NVLink when both
-    pools fit in one scale-up domain, else over the scale-out network, at the
-    profile's communication efficiency, plus one collective latency; the larger
-    shard of the two layouts sets the pace."""
-    per_token = max(kv_bytes_per_token(arch, d.kv_dtype_bytes, p)
-                    for p in (d.parallel, d.decode_parallel))
-    link = hw.interconnect_bw if d.num_gpus <= hw.scale_up_size else hw.scale_out_bw
-    rate = link * hw.efficiency.comm
-
-    def seconds(prompt_tokens: int) -> float:
-        return prompt_tokens * per_token / rate + hw.efficiency.collective_latency_s
-    return seconds
 
 
 def _pools(d: Deployment, decode_blocks: int | None) -> dict | None:

@@ -27,16 +27,22 @@ work. An arrival is routed with what the replicas' states say at that moment,
 which for a replica in the middle of a step is its state at that step's end
 (a step's lookahead: milliseconds against Server's seconds of TTFT), and joins
 the waiting queue of the step its replica starts next, as in ``simulate``.
+
+With ``pipeline`` N the replicas are the micro-batch schedulers of pipeline
+replicas, N to each (sim/pipeline.py): each group of N shares a ``FlowShop``, so a
+scheduler's next step starts when it is ready and its pipeline's first stage is free,
+and lasts until it leaves the last stage.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from tokenmill.sim.pipeline import FlowShop
 from tokenmill.sim.serving import ReplicaSim, SimConfig, SimRequest, SimResult, StepTime
 
 ROUTER_POLICIES = ("kv", "least-loaded", "round-robin", "random")
@@ -44,13 +50,19 @@ ROUTER_POLICIES = ("kv", "least-loaded", "round-robin", "random")
 
 
 def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: StepTime,
-                    config: SimConfig, policy: str = "kv") -> SimResult:
+                    config: SimConfig, policy: str = "kv", pipeline: int = 1,
+                    flow_shop: Callable[[], FlowShop] | None = None) -> SimResult:
     """The requests over ``replicas`` replicas of ``config`` behind the router's ``policy``;
     per-request arrays in the given order, ``steps``, ``scheduled_*`` and ``busy_s``
-    summed over the replicas."""
+    summed over the replicas. ``pipeline`` > 1: the replicas are micro-batch schedulers,
+    ``pipeline`` to each of ``replicas / pipeline`` pipelines, each a ``flow_shop()`` whose
+    step times replace ``step_time`` (module docstring)."""
     requests = list(requests)
     if replicas < 1:
         raise ValueError(f"replicas: need at least 1, got {replicas}")
+    if pipeline > 1 and (flow_shop is None or replicas % pipeline):
+        raise ValueError(f"pipeline: {replicas} schedulers do not make pipelines of {pipeline} with a flow shop")
+    shops = [flow_shop() for _ in range(replicas // pipeline)] if pipeline > 1 else None
     if policy not in ROUTER_POLICIES:
         raise ValueError(f"--router: unknown policy {policy!r}; choose from {', '.join(ROUTER_POLICIES)}")
     sims = [ReplicaSim(requests, config) for _ in range(replicas)]
@@ -61,13 +73,16 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
     owner = np.full(len(requests), -1, dtype=np.int64)
     clock = [0.0] * replicas
     order, nxt = sims[0].order, 0
+    def start(r: int) -> float:  # when scheduler r's next step would begin
+        return shops[r // pipeline].start(clock[r]) if shops else clock[r]
+
     while True:
         busy = [r for r in range(replicas) if sims[r].has_work()]
-        r_step = min(busy, key=lambda r: clock[r]) if busy else None
+        r_step = min(busy, key=start) if busy else None
         t_arrival = float(sims[0].arrival[order[nxt]]) if nxt < len(order) else math.inf
         if r_step is None and nxt == len(order):
             break
-        if r_step is None or t_arrival <= clock[r_step]:
+        if r_step is None or t_arrival <= start(r_step):
             i = int(order[nxt])
             r = choose()
             if not sims[r].has_work():
@@ -78,8 +93,8 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
             owner[i] = r
             nxt += 1
             continue
-        sim = sims[r_step]
-        clock[r_step] += sim.step(step_time, clock[r_step])
+        sim, t = sims[r_step], start(r_step)
+        clock[r_step] = t + sim.step(shops[r_step // pipeline].step_time(t) if shops else step_time, t)
         if sim.finished_last_step.size:
             routed[r_step] -= int(prompt_blocks[sim.finished_last_step].sum())
             pending[r_step] -= sim.finished_last_step.size
