@@ -73,6 +73,7 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
     owner = np.full(len(requests), -1, dtype=np.int64)
     clock = [0.0] * replicas
     order, nxt = sims[0].order, 0
+
     def start(r: int) -> float:  # when scheduler r's next step would begin
         return shops[r // pipeline].start(clock[r]) if shops else clock[r]
 
