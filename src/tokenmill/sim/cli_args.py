@@ -33,6 +33,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
                              "and TTFT at their own rates instead)")
     deployment = parser.add_argument_group("what to simulate")
     _add_deployment_args(deployment)
+    _add_step_pricing_args(deployment)
     _add_uplift_args(deployment)
     _add_disagg_args(deployment)
     workload = parser.add_argument_group("workload and scheduler")
@@ -86,6 +87,10 @@ def _add_deployment_args(g) -> None:
                         "runs it once per draft in every step, other models draft for free")
     g.add_argument("--mtp-acceptance", type=float, default=None, metavar="TOKENS",
                    help="mean tokens accepted per decode step with --mtp (default 1 + 0.7 N)")
+
+
+def _add_step_pricing_args(g) -> None:
+    """How a step is priced (kernels, fusion, CUDA graphs) and how much KV cache a device holds."""
     g.add_argument("--fused-allreduce", action="store_true",
                    help="tensor-parallel all-reduces fused into the GEMMs they follow, overlapping them (as the "
                         "published MLPerf Llama-3.1-405B runs: TensorRT-LLM's GEMM + all-reduce fusion); default: "

@@ -34,7 +34,7 @@ queueing, as a client measures it. Every replica of both pools is simulated
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -131,3 +131,11 @@ def transfer_time(arch, hw: Hardware, d: Deployment):
     def seconds(prompt_tokens: int) -> float:
         return prompt_tokens * per_token / rate + hw.efficiency.collective_latency_s
     return seconds
+
+
+def split_figures(d: Deployment, decode_blocks: int | None) -> dict:
+    """``d``'s disaggregated split as ``--json`` reports it: replicas per pool and the decode replicas' own
+    layout, batch limit and KV blocks (the prefill replicas' are the config's top-level fields)."""
+    return {"prefill_replicas": d.disagg.prefill_replicas, "decode_replicas": d.disagg.decode_replicas,
+            "decode": {**asdict(d.decode_parallel), "max_num_seqs": d.decode_max_num_seqs,
+                       "kv_blocks_per_replica": decode_blocks}}

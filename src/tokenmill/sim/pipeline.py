@@ -1,8 +1,9 @@
 """Pipeline parallelism (``--pp N``): a replica's decoder layers split into N stages, each
 stage on its own group of devices laid out as ``Parallel`` says, N micro-batches in flight.
 
-The published runs that use it: MLPerf Llama-3.1-405B Offline on 8 x B200 (TP2 PP2, two
-replicas; NVIDIA's v5.1 and Google's v6.0 configs). How the simulator prices it:
+The published runs that use it: MLPerf Llama-3.1-405B Offline on 8 x B200 and the GB200 rack
+(TP2 PP2; NVIDIA's v5.1 configs, Google's v6.0 copy) and on 8 x H200 (TP4 PP2, Nebius's v5.1
+config). How the simulator prices it:
 
 - **Memory.** A stage holds ceil(L / N) of the L decoder layers (``stage_shape``: the
   busiest stage, the last, which also holds the LM head; the first holds the embedding
@@ -25,9 +26,8 @@ replicas; NVIDIA's v5.1 and Google's v6.0 configs). How the simulator prices it:
   (``cycle_seconds``, also a lone micro-batch's latency). Activations cross to the next
   stage while it still works on the micro-batch before: not priced.
 
-Not modelled: stages of unequal time (each is priced as the busiest), the pipeline's
-bubbles when fewer than N micro-batches have work beyond the flow shop's own, MTP drafts
-(``--mtp`` with ``--pp`` is refused) and disaggregated pools of pipelines.
+Not modelled: stages of unequal time (each is priced as the busiest), MTP drafts (``--mtp``
+with ``--pp`` is refused) and disaggregated pools of pipelines.
 """
 
 from __future__ import annotations

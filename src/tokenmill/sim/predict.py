@@ -33,7 +33,7 @@ from tokenmill.sim.cost import (
     step_time,
 )
 from tokenmill.sim.cuda_graphs import without_cuda_graphs
-from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg, transfer_time
+from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg, split_figures, transfer_time
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.host_path import HostPath
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
@@ -52,7 +52,7 @@ from tokenmill.sim.scenarios import (
     single_stream,
     with_sample_repeats,
 )
-from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, simulate
+from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime, simulate
 from tokenmill.sim.shapes import StepShape
 
 PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
@@ -314,33 +314,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     blocks = check_deployment(arch, hw, d)
     if not d.cuda_graphs:
         hw = without_cuda_graphs(hw, arch.num_layers, d.eager_layer_s)
-    kv_bytes = d.kv_dtype_bytes
-    scale = step_scale(d.kernels)
-
-    def step_seconds(parallel: Parallel):
-        def seconds(shape: StepShape) -> float:
-            cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
-            drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
-            return (step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts) * scale
-
-        def cycle(shape: StepShape) -> float:  # a lone micro-batch through a pipeline (sim/pipeline.py)
-            return cycle_seconds(model_shape(arch), shape, parallel, d.pipeline_parallel, d.precision, kv_bytes,
-                                 hw, d.fused_allreduce) * scale
-
-        device = cycle if d.pipeline_parallel > 1 else seconds
-        if not d.host_seq_s:
-            return device
-
-        def hosted(shape: StepShape) -> float:  # the host's work per sequence overlaps the device's step
-            return max(device(shape), host_floor(shape))
-        return hosted
-
-    def host_floor(shape: StepShape) -> float:
-        return d.host_seq_s * (shape.num_decodes + len(shape.prefills))
-
-    flow_shop = flow_shops(model_shape(arch), d.parallel, d.pipeline_parallel, d.precision, kv_bytes, hw,
-                           d.fused_allreduce, scale, host_floor if d.host_seq_s else None)
-    seconds = step_seconds(d.parallel)
+    seconds = _step_seconds(arch, hw, d, d.parallel)
 
     # Each scheduler (a replica, or a pipeline's micro-batch) has its share of the replica's KV blocks.
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d),
@@ -348,12 +322,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
                        block_size=d.block_size, tokens_per_step=d.mtp_tokens_per_step,
                        draft_tokens=d.mtp_depth, chunked_prefill=d.chunked_prefill, adp_balance=d.prompt_balance,
                        overlap_scheduler=d.overlap_scheduler, host_path=host_path(d))
-    # Aggregated: one replica's share of the load is simulated (Server and Interactive: a routed
-    # group's share; a pipeline's: its micro-batches' schedulers together); disaggregated: all of it.
-    routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
-    pp = d.pipeline_parallel
-    group = (pp * min(d.replicas, max(1, ROUTED_GROUP // pp) if routed else 1) if pp > 1
-             else min(d.engines, ROUTED_GROUP) if routed else 1)
+    group = _scheduler_group(d, w)
     share = 1 if d.disagg else d.engines / group
     num_requests = w.num_requests * (d.replicas if d.disagg else group)
     decode_blocks = None
@@ -363,16 +332,20 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
         prefill = Pool(seconds, replace(config, overlap_scheduler=False))
         decode_parallel, decode_seqs = d.decode_parallel, d.decode_max_num_seqs
         decode_blocks = kv_blocks(arch, hw, d, decode_parallel)
-        decode = Pool(step_seconds(decode_parallel), replace(
+        decode = Pool(_step_seconds(arch, hw, d, decode_parallel), replace(
             config, max_num_seqs=decode_seqs, max_num_batched_tokens=step_budget(d, decode_parallel, decode_seqs),
             num_kv_blocks=decode_blocks, adp_balance=None))  # it admits transferred KV, not prompts
         transfer = transfer_time(arch, hw, d)
 
         def run(requests):
             return simulate_disagg(requests, d.disagg, prefill, decode, transfer)
-    elif pp > 1:
+    elif d.pipeline_parallel > 1:
+        flow_shop = flow_shops(model_shape(arch), d.parallel, d.pipeline_parallel, d.precision, d.kv_dtype_bytes, hw,
+                               d.fused_allreduce, step_scale(d.kernels), _host_floor(d))
+
         def run(requests):
-            return simulate_routed(requests, group, seconds, config, d.router, pipeline=pp, flow_shop=flow_shop)
+            return simulate_routed(requests, group, seconds, config, d.router, pipeline=d.pipeline_parallel,
+                                   flow_shop=flow_shop)
     elif group > 1:
         def run(requests):
             return simulate_routed(requests, group, seconds, config, d.router)
@@ -389,6 +362,46 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     figures["config"]["routed_group"] = group if group > 1 else None
     figures["config"]["router"] = d.router if group > 1 else None
     return figures
+
+
+def _step_seconds(arch, hw: Hardware, d: Deployment, parallel: Parallel) -> StepTime:
+    """A step's seconds on a replica of ``parallel`` at the deployment's kernel generation, drafts
+    included (a lone micro-batch's through a pipeline: sim/pipeline.py), at least the host's time
+    for its sequences (``Deployment.host_seq_s``)."""
+    kv_bytes, scale = d.kv_dtype_bytes, step_scale(d.kernels)
+
+    def seconds(shape: StepShape) -> float:
+        cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
+        drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
+        return (step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts) * scale
+
+    def cycle(shape: StepShape) -> float:
+        return cycle_seconds(model_shape(arch), shape, parallel, d.pipeline_parallel, d.precision, kv_bytes,
+                             hw, d.fused_allreduce) * scale
+
+    device = cycle if d.pipeline_parallel > 1 else seconds
+    floor = _host_floor(d)
+    if floor is None:
+        return device
+    return lambda shape: max(device(shape), floor(shape))  # the host's work overlaps the device's step
+
+
+def _host_floor(d: Deployment) -> StepTime | None:
+    """The host's seconds for a step's sequences (``Deployment.host_seq_s``); None where not modelled."""
+    if not d.host_seq_s:
+        return None
+    return lambda shape: d.host_seq_s * (shape.num_decodes + len(shape.prefills))
+
+
+def _scheduler_group(d: Deployment, w: Workload) -> int:
+    """Schedulers simulated together: aggregated, one replica (Server and Interactive: a routed group of
+    up to ``ROUTED_GROUP``; a pipeline: its micro-batches' schedulers, in whole pipelines); the
+    disaggregated pools are simulated whole (their own count)."""
+    routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
+    pp = d.pipeline_parallel
+    if pp > 1:
+        return pp * (min(d.replicas, max(1, ROUTED_GROUP // pp)) if routed else 1)
+    return min(d.engines, ROUTED_GROUP) if routed else 1
 
 
 def host_path(d: Deployment) -> HostPath | None:
@@ -446,16 +459,6 @@ def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
     return result, qps
 
 
-def _pools(d: Deployment, decode_blocks: int | None) -> dict | None:
-    """The disaggregated split as ``--json`` reports it: replicas per pool and the decode replicas' own
-    layout, batch limit and KV blocks (the prefill replicas' are the config's top-level fields)."""
-    if not d.disagg:
-        return None
-    return {"prefill_replicas": d.disagg.prefill_replicas, "decode_replicas": d.disagg.decode_replicas,
-            "decode": {**asdict(d.decode_parallel), "max_num_seqs": d.decode_max_num_seqs,
-                       "kv_blocks_per_replica": decode_blocks}}
-
-
 def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None,
              share: float, decode_blocks: int | None = None) -> dict:
     """``share``: how many times the simulated load fits in the deployment (1: all of it was simulated)."""
@@ -486,7 +489,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "host_stream_rate": d.host_stream_rate, "host_seq_s": d.host_seq_s,
                    "stream_interval": d.stream_interval if d.host_stream_rate else None,
                    "adp_balance": list(d.adp_balance) if d.prompt_balance else None,
-                   "disagg": _pools(d, decode_blocks),
+                   "disagg": split_figures(d, decode_blocks) if d.disagg else None,
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
                    "num_samples": w.num_samples,

@@ -353,7 +353,7 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0,
     isl = np.array([prompt(rng) for _ in range(pool)])
     out = np.array([output(rng) for _ in range(pool)])
     arrivals = run.completed_qps / run.instances * run.tpot_mean_ms / 1e3
-    kv_bytes = PRECISION_BYTES_KV[run.precision]
+    kv_bytes, host_seq_s = PRECISION_BYTES_KV[run.precision], run.host_seq_s or 0.0
     if run.chunked_prefill:
         steps = max(steps, int(np.ceil(200 / arrivals)))
     waiting: list[list[int]] = []  # [prompt tokens, tokens done] of the prompts not yet prefilled, oldest first
@@ -369,7 +369,7 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0,
             prefills, waiting = tuple(PrefillChunk(p, 0) for p, _ in waiting), []
         cost = step_cost(arch, StepShape(tuple(contexts.tolist()), prefills), run.parallel, run.precision, kv_bytes)
         device = step_time(cost, hw, run.precision, run.fused_allreduce).total_s * step_scale(run.kernels)
-        total += max(device, (run.host_seq_s or 0.0) * (batch + len(prefills)))
+        total += max(device, host_seq_s * (batch + len(prefills)))
     return total / steps * 1e3
 
 
