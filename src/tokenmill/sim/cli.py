@@ -26,6 +26,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.action == "validate":
         return _validate(args)
 
+    from tokenmill.sim.auto import choose_layout, fewest_gpus, needs_layout_choice
     from tokenmill.sim.models import get_model
     from tokenmill.sim.predict import predict
 
@@ -44,11 +45,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
     workload = _workload(args, model)
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
+    choose = needs_layout_choice(arch, hw, deployment, args)
+    if choose and args.num_gpus is None:
+        deployment = replace(deployment, num_gpus=fewest_gpus(arch, hw, deployment))
     if args.uplift:
         if args.search or args.pareto:
             raise ValueError(f"--uplift and {'--search' if args.search else '--pareto'}: pick one (--uplift compares "
                              "techniques on the layout given)")
-        return _uplift(arch, hw, deployment, workload, args.json, args.baseline_kernels, args.baseline_eager)
+        return _uplift(arch, hw, deployment, workload, args, choose)
     if args.pareto:
         if args.search:
             raise ValueError("--pareto and --search: pick one (--pareto sweeps the layouts and --max-num-seqs itself)")
@@ -60,6 +64,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         return 0
     if args.search:
         figures = _search(arch, hw, deployment, workload, splits=args.disagg == "auto")
+    elif choose:
+        figures = choose_layout(arch, hw, deployment, workload)[1]
     else:
         figures = predict(arch, hw, deployment, workload)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
@@ -71,10 +77,11 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
     from tokenmill.sim.cost import Parallel
     from tokenmill.sim.predict import Deployment
 
-    parallel = Parallel(args.tp, args.ep, args.attention_dp)
-    if args.pp != 1 and args.search:
+    parallel = Parallel(1 if args.tp is None else args.tp, 1 if args.ep is None else args.ep, args.attention_dp)
+    stages = 1 if args.pp is None else args.pp
+    if stages != 1 and args.search:
         raise ValueError("--pp and --search: the search tries pipeline stages itself (it replaces --tp/--pp)")
-    if args.pp != 1 and (args.uplift or args.pareto):
+    if stages != 1 and (args.uplift or args.pareto):
         flag = "--uplift" if args.uplift else "--pareto"
         raise ValueError(f"--pp and {flag}: {flag} does not try pipeline-parallel layouts; simulate the layout alone")
     accepted = args.mtp_acceptance if args.mtp_acceptance is not None else 1 + 0.7 * args.mtp
@@ -85,7 +92,7 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
         raise ValueError("--stream-interval: only matters with --host-stream-rate (the responses/s the host "
                          "handles); without it every token is seen when its step ends")
     split = None if search_splits else parse_disagg(args.disagg, _decode_pool(args, parallel))
-    devices = split.devices(parallel) if split else parallel.devices * args.pp
+    devices = split.devices(parallel) if split else parallel.devices * stages
     return Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                       args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
                       mtp_tokens_per_step=accepted, fused_allreduce=args.fused_allreduce, router=args.router,
@@ -94,7 +101,7 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
                       kv_cache_bytes=_kv_cache_bytes(args), kv_free_fraction=_kv_free_fraction(args),
                       kv_cache_dtype=args.kv_cache_dtype, kernels=kernels, host_stream_rate=args.host_stream_rate,
                       stream_interval=args.stream_interval, cuda_graphs=args.cuda_graphs,
-                      eager_layer_s=_eager_layer_s(args), pipeline_parallel=args.pp,
+                      eager_layer_s=_eager_layer_s(args), pipeline_parallel=stages,
                       host_seq_s=None if args.host_seq_us is None else args.host_seq_us / 1e6)
 
 
@@ -285,17 +292,35 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     return 0
 
 
-def _uplift(arch, hw, deployment, workload, as_json: bool, baseline_kernels: str | None = None,
-            baseline_eager: bool = False) -> int:
+def _uplift(arch, hw, deployment, workload, args: argparse.Namespace, choose: bool) -> int:
+    """The uplift table of the flags' deployment, or of the full stack (sim/auto.py) where they name no
+    technique, on the layout chosen where they give none and one device does not hold the weights."""
+    import sys
+
     from tqdm import tqdm
 
+    from tokenmill.sim.auto import choose_layout, full_stack, with_fusion
     from tokenmill.sim.uplift import table, techniques, uplift
+
+    deployment, baseline_kernels, baseline_eager, assumed = full_stack(
+        arch, hw, deployment, workload, args.baseline_kernels, args.baseline_eager)
+    if choose:
+        deployment = choose_layout(arch, hw, deployment, workload)[0]
+    if assumed:
+        deployment = with_fusion(deployment, assumed)
+    if assumed or choose:
+        p = deployment.parallel
+        layout = (f"{deployment.num_gpus} x {hw.name}, replicas of tp {p.tp}, ep {p.ep}"
+                  f"{', attention dp' if p.attention_dp else ''}, max-num-seqs {deployment.max_num_seqs}"
+                  f"{' (layout chosen)' if choose else ''}")
+        print(f"full stack: {layout}" + (f"; assumed, as no technique flag was given: {'; '.join(assumed)}"
+                                         if assumed else ""), file=sys.stderr if args.json else sys.stdout)
 
     n = len(techniques(deployment, workload, baseline_kernels, baseline_eager))
     with tqdm(total=n + 1 + (n > 1), desc="Simulating variants", unit="variant", leave=False) as bar:
         variants = uplift(arch, hw, deployment, workload, progress=bar.update, baseline_kernels=baseline_kernels,
                           baseline_eager=baseline_eager)
-    if as_json:
+    if args.json:
         print(json.dumps([{"variant": v.name, "figures": v.figures, "error": v.error or None} for v in variants],
                          indent=2))
     else:
@@ -308,7 +333,7 @@ def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
     count of candidates a peak search skipped by their Offline bound."""
     from tqdm import tqdm
 
-    from tokenmill.sim.search import num_candidates, search
+    from tokenmill.sim.search import num_candidates, search, searched_figures
 
     pruned: list = []
     with tqdm(total=num_candidates(arch, hw, deployment.num_gpus, splits), desc="Searching deployments",
@@ -316,11 +341,7 @@ def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
         found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
-    return {**found[0].figures, "pruned_by_offline_bound": len(pruned), "searched": [
-        {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp, "pp": c.pipeline_parallel,
-         "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"],
-         "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
-        for c in found[:10]]}
+    return searched_figures(found, pruned)
 
 
 def _table(f: dict) -> str:
@@ -371,6 +392,9 @@ def _table(f: dict) -> str:
     if f.get("pruned_by_offline_bound"):
         lines.append(f"    ({f['pruned_by_offline_bound']} more skipped: their Offline figure could not "
                      "reach the best)")
+    if f.get("layout_chosen"):
+        lines.append("  (layout chosen, as one device does not hold the weights: pin one with --tp/--ep/--attention-dp/"
+                     "--pp; --search also tries --max-num-seqs)")
     lines.append("  (the model's estimate; `tokenmill sim validate` and docs/SIMULATOR.md say how far to trust it)")
     return "\n".join(lines)
 

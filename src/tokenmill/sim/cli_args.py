@@ -62,13 +62,18 @@ def _add_deployment_args(g) -> None:
                         "dummy:<preset>; default the embedded one)")
     g.add_argument("--hardware", default="h100",
                    help=f"one of {', '.join(HARDWARE)}, or this-machine (after `tokenmill sim calibrate`)")
-    g.add_argument("--num-gpus", type=int, default=None, help="devices in the deployment (default: one replica)")
-    g.add_argument("--tp", type=int, default=1, help="tensor-parallel size of a replica")
-    g.add_argument("--ep", type=int, default=1, help="expert-parallel size of a replica (MoE models)")
-    g.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=int, default=1,
+    g.add_argument("--num-gpus", type=int, default=None,
+                   help="devices in the deployment (default: one replica; where the layout is chosen, the fewest "
+                        "GPUs on which one holds the weights)")
+    g.add_argument("--tp", type=int, default=None,
+                   help="tensor-parallel size of a replica (default 1; with none of --tp/--ep/--pp/--attention-dp, "
+                        "when one device does not hold the weights, the layout is chosen: the best of those "
+                        "--search tries, at --max-num-seqs)")
+    g.add_argument("--ep", type=int, default=None, help="expert-parallel size of a replica (MoE models; default 1)")
+    g.add_argument("--pp", "--pipeline-parallel-size", dest="pp", type=int, default=None,
                    help="pipeline stages of a replica, each of --tp/--ep devices, with as many micro-batches in "
-                        "flight, each under --max-num-seqs (docs/SIMULATOR.md; not with --uplift, --pareto, "
-                        "--disagg or --mtp; --search tries 2 stages for dense models)")
+                        "flight, each under --max-num-seqs (default 1; docs/SIMULATOR.md; not with --uplift, "
+                        "--pareto, --disagg or --mtp; --search tries 2 stages for dense models)")
     g.add_argument("--attention-dp", action="store_true", help="data-parallel attention inside a replica")
     g.add_argument("--search", action="store_true",
                    help="search the replica layout (TP, EP, attention DP; 2 pipeline stages for dense models) and "
@@ -133,7 +138,9 @@ def _add_uplift_args(g) -> None:
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
                         "--cached-tokens, --fused-allreduce; the kernels with --baseline-kernels, CUDA graphs "
                         "with --baseline-eager), and each switched on alone; a table of tokens/s per GPU and "
-                        "latencies")
+                        "latencies. With none of them given, the full stack is assumed: MTP 3 for a model with an "
+                        "MTP module, CUDA graphs against eager steps on the GPU profiles, v6.0 kernels against "
+                        "v5.1 for DeepSeek-R1 on Blackwell, GEMM + all-reduce fusion under tensor parallel")
     g.add_argument("--baseline-kernels", default=None, choices=tuple(KERNEL_GENERATIONS), metavar="ROUND",
                    help="with --uplift: the baseline runs this older kernel generation (v5.1), and the newer "
                         "kernels (--kernels) join the table as a technique: the software uplift between MLPerf rounds")

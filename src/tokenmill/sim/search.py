@@ -111,14 +111,15 @@ def pool_splits(replicas: int) -> list[PoolSplit | None]:
 
 def search(arch, hw: Hardware, base: Deployment, workload: Workload,
            progress: Callable[[int], None] | None = None, splits: bool = False,
-           pruned: list[Candidate] | None = None) -> list[Candidate]:
+           pruned: list[Candidate] | None = None, seq_choices: tuple[int, ...] = SEQ_CHOICES) -> list[Candidate]:
     """Every candidate simulated, best first. ``base`` gives the GPU count,
     precision, token budget and MTP settings; ``splits`` also tries the
-    disaggregated splits; ``progress(n)`` is called as candidates finish (n of
+    disaggregated splits; ``seq_choices`` are the batch limits tried (per device
+    under attention DP); ``progress(n)`` is called as candidates finish (n of
     them each time). Candidates skipped by the Offline bound (Server and
     Interactive peak searches) are appended to ``pruned`` when given, with
     their Offline figures."""
-    runs = list(_candidates(arch, hw, base, progress, splits))
+    runs = list(_candidates(arch, hw, base, progress, splits, seq_choices))
     peak_search = workload.scenario in ("server", "interactive") and workload.target_qps is None
     if not peak_search:
         return sorted(_evaluate(arch, hw, runs, workload, progress), key=lambda c: -c.score)
@@ -131,7 +132,7 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
             if pruned is not None:
                 pruned.append(bound)
         else:
-            (c,) = _evaluate(arch, hw, [(bound, _deployment(base, bound))], workload)
+            (c,) = _evaluate(arch, hw, [(bound, candidate_deployment(base, bound))], workload)
             if not found or c.score > found[0].score:
                 ratio = max(1.0, c.score / bound.score) if bound.score else 1.0
             found.append(c)
@@ -141,13 +142,13 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
     return found
 
 
-def _deployment(base: Deployment, c: Candidate) -> Deployment:
+def candidate_deployment(base: Deployment, c: Candidate) -> Deployment:
     # The step budget stays the engine's flag: predict.step_budget scales it per dp rank, never under the batch.
     return replace(base, parallel=c.parallel, max_num_seqs=c.max_num_seqs, disagg=c.disagg,
                    pipeline_parallel=c.pipeline_parallel)
 
 
-def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool):
+def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool, seq_choices: tuple[int, ...]):
     """(Candidate without figures, its deployment) for every candidate whose weights fit."""
     for parallel, pp in pipeline_layouts(arch, hw, base.num_gpus):
         trial = replace(base, parallel=parallel, disagg=None, pipeline_parallel=pp)
@@ -156,13 +157,13 @@ def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool):
             check_deployment(arch, hw, trial)
         except ValueError:  # weights do not fit this layout
             if progress:
-                progress(len(SEQ_CHOICES) * len(options))
+                progress(len(seq_choices) * len(options))
             continue
         per = parallel.devices if parallel.attention_dp else 1
         for split in options:
-            for seqs in SEQ_CHOICES:
+            for seqs in seq_choices:
                 c = Candidate(parallel, seqs * per, {}, split, pp)
-                yield c, _deployment(trial, c)
+                yield c, candidate_deployment(trial, c)
 
 
 def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None) -> list[Candidate]:
@@ -174,7 +175,17 @@ def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None) -> li
     return out
 
 
-def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False) -> int:
+def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False, seq_choices: int = len(SEQ_CHOICES)) -> int:
     options = sum(len(pool_splits(num_gpus // p.devices)) if splits and pp == 1 else 1
                   for p, pp in pipeline_layouts(arch, hw, num_gpus))
-    return options * len(SEQ_CHOICES)
+    return options * seq_choices
+
+
+def searched_figures(found: list[Candidate], pruned: list[Candidate]) -> dict:
+    """The best of ``found`` (at least one) with its figures, the ten best under
+    "searched" and the count the Offline bound skipped."""
+    return {**found[0].figures, "pruned_by_offline_bound": len(pruned), "searched": [
+        {"tp": c.parallel.tp, "ep": c.parallel.ep, "attention_dp": c.parallel.attention_dp, "pp": c.pipeline_parallel,
+         "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"],
+         "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
+        for c in found[:10]]}

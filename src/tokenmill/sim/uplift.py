@@ -1,7 +1,8 @@
 """``tokenmill sim --uplift``: what each technique of a deployment is worth.
 
 The seeds' question (MLPerf v6.0: how much of the gain is software) asked of
-the simulator: the deployment the flags describe is the full stack; the
+the simulator: the deployment the flags describe is the full stack (where
+they name no technique, the one sim/auto.py assumes); the
 baseline is the same GPUs with every technique it uses switched off; each
 technique is then switched on alone, and the table gives tokens/s per GPU
 (and the latencies) of each against the baseline. Techniques, as the flags
