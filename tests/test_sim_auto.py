@@ -122,3 +122,12 @@ def test_uplift_with_a_technique_named_keeps_the_flags(capsys):
 def test_no_layout_on_any_gpu_count_names_the_flags(capsys, argv):
     assert main(["sim", *argv, *SMALL]) == 2
     assert "--tp/--ep/--pp: no layout --search tries" in capsys.readouterr().err
+
+
+def test_pareto_with_no_layout_sweeps_the_layouts_of_the_fewest_gpus(capsys, tmp_path):
+    out = tmp_path / "front.png"
+    assert main(["sim", "--model", "deepseek-r1", "--hardware", "gb300", "--pareto", str(out), *SMALL]) == 0
+    doc = json.loads(out.with_suffix(".json").read_text())
+    assert doc["num_gpus"] == 2 and out.exists()
+    assert {(p["tp"], p["ep"], p["attention_dp"]) for p in doc["points"]} == {(2, 1, False), (2, 2, False),
+                                                                               (1, 2, True)}

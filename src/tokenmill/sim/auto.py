@@ -56,9 +56,10 @@ def layout_given(args) -> bool:
 
 
 def needs_layout_choice(arch, hw, d: Deployment, args) -> bool:
-    """No layout in the flags (nor a mode that sets its own: --search, --pareto, --replay,
-    --disagg) and one device does not hold the weights. Other errors of ``d`` are raised."""
-    if layout_given(args) or args.search or args.pareto or args.replay or d.disagg:
+    """No layout in the flags (nor a mode that sets its own: --search, --replay, --disagg) and one
+    device does not hold the weights. Other errors of ``d`` are raised. (--pareto then sweeps the
+    layouts of the GPU count, as it does on --num-gpus.)"""
+    if layout_given(args) or args.search or args.replay or d.disagg:
         return False
     try:
         check_deployment(arch, hw, d)

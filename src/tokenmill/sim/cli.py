@@ -59,7 +59,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         from tokenmill.sim.pareto import front_table, run_pareto
 
         doc = run_pareto(arch, hw, deployment, workload, args.pareto, model=model,
-                         search_layouts=args.num_gpus is not None and deployment.disagg is None)
+                         search_layouts=(args.num_gpus is not None or choose) and deployment.disagg is None)
         print(json.dumps(doc, indent=2) if args.json else front_table(doc))
         return 0
     if args.search:
