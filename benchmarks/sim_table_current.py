@@ -55,6 +55,7 @@ RUNS = (
     "mlperf-405b-h200-pp.md",
     "mlperf-8b-host-seq.md",
     "mlperf-70b-host-seq.md",
+    "mlperf-deepseek-x288.md",
 )
 
 

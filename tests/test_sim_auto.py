@@ -131,3 +131,16 @@ def test_pareto_with_no_layout_sweeps_the_layouts_of_the_fewest_gpus(capsys, tmp
     assert doc["num_gpus"] == 2 and out.exists()
     assert {(p["tp"], p["ep"], p["attention_dp"]) for p in doc["points"]} == {(2, 1, False), (2, 2, False),
                                                                                (1, 2, True)}
+
+
+@pytest.mark.parametrize("scenario", ["offline", "server"])
+def test_the_progress_bar_ends_at_its_total(scenario):
+    from tokenmill.sim.search import progress_steps
+
+    arch, hw = get_model("deepseek-r1"), get_hardware("gb300")
+    w = Workload(scenario, 128, 16, num_requests=16)
+    steps: list[int] = []
+    base = Deployment(8, Parallel(), "fp4", max_num_seqs=64)
+    search(arch, hw, base, w, progress=steps.append, seq_choices=(64,))
+    # Offline: one step a layout; a peak search: its Offline bound, then its peak search or its skip.
+    assert sum(steps) == progress_steps(arch, hw, 8, w, seq_choices=1) == (2 if scenario == "server" else 1) * 10

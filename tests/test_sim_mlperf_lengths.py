@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tokenmill.sim.mlperf_datasets import DATASETS
 from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS, LengthTable, get_distribution, length_draws
-from tokenmill.sim.published import DATASETS
 
 
 def test_405b_table_matches_amds_published_figures():

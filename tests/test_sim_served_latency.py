@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from tokenmill.sim.mlperf_datasets import MLPERF_LATENCY_LIMITS
 from tokenmill.sim.mlperf_lengths import dataset_means
-from tokenmill.sim.published import MLPERF_LATENCY_LIMITS
 from tokenmill.sim.served_latency import DENSE_RUNS, RUNS, check_run, latency_table, step_at_published_batch
 
 

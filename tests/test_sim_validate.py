@@ -131,7 +131,7 @@ def test_published_rows_are_well_formed():
 
 
 def test_mlperf_rows_run_as_many_queries_as_their_logs_say():
-    from tokenmill.sim.published import DATASETS
+    from tokenmill.sim.mlperf_datasets import DATASETS
 
     samples = {d.benchmark: d.samples for d in DATASETS}
     mlperf = [r for r in RESULTS if r.dataset]
@@ -151,7 +151,7 @@ def test_bench_presets_carry_the_published_mlperf_limits():
     # The bench presets (and so the simulator's default limits per model) against the limits
     # read from MLPerf's mlperf.conf in sim/published.py: one table must not drift from the other.
     from tokenmill.bench.presets import PRESETS
-    from tokenmill.sim.published import MLPERF_LATENCY_LIMITS
+    from tokenmill.sim.mlperf_datasets import MLPERF_LATENCY_LIMITS
 
     for model, limits in MLPERF_LATENCY_LIMITS.items():
         preset = PRESETS[model]

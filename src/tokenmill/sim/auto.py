@@ -39,8 +39,8 @@ from tokenmill.sim.published import MTP3_TOKENS_PER_STEP
 from tokenmill.sim.search import (
     REPLICA_SIZES,
     candidate_deployment,
-    num_candidates,
     pipeline_layouts,
+    progress_steps,
     search,
     searched_figures,
 )
@@ -90,8 +90,8 @@ def choose_layout(arch, hw, base: Deployment, workload: Workload) -> tuple[Deplo
     from tqdm import tqdm
 
     pruned: list = []
-    with tqdm(total=num_candidates(arch, hw, base.num_gpus, seq_choices=1), desc="Choosing a layout",
-              unit="layout", leave=False) as bar:
+    with tqdm(total=progress_steps(arch, hw, base.num_gpus, workload, seq_choices=1), desc="Choosing a layout",
+              unit="step", leave=False) as bar:
         found = search(arch, hw, base, workload, progress=bar.update, pruned=pruned,
                        seq_choices=(base.max_num_seqs,))
     if not found:

@@ -333,11 +333,11 @@ def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
     count of candidates a peak search skipped by their Offline bound."""
     from tqdm import tqdm
 
-    from tokenmill.sim.search import num_candidates, search, searched_figures
+    from tokenmill.sim.search import progress_steps, search, searched_figures
 
     pruned: list = []
-    with tqdm(total=num_candidates(arch, hw, deployment.num_gpus, splits), desc="Searching deployments",
-              unit="candidate", leave=False) as bar:
+    with tqdm(total=progress_steps(arch, hw, deployment.num_gpus, workload, splits), desc="Searching deployments",
+              unit="step", leave=False) as bar:
         found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")

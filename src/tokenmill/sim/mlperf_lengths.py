@@ -146,7 +146,7 @@ DATASET_DISTRIBUTIONS: dict[str, DatasetDistribution] = {
     "llama3.1-8b": DatasetDistribution("llama3.1-8b", 13368, LengthTable(_LLAMA3_1_8B_IN), None),
     "llama2-70b": DatasetDistribution("llama2-70b", 24576, LengthTable(_LLAMA2_70B_IN), LengthTable(_LLAMA2_70B_OUT)),
 }
-"""By MLPerf benchmark name (sim/published.py ``DatasetLengths.benchmark``)."""
+"""By MLPerf benchmark name (sim/mlperf_datasets.py ``DatasetLengths.benchmark``)."""
 
 
 def get_distribution(name: str) -> DatasetDistribution:
@@ -161,7 +161,7 @@ def dataset_means(name: str) -> tuple[int, int, int | None]:
     output cap) of an MLPerf dataset: what a workload on it states beside its draws.
     The output mean is a published Offline log's tokens over samples where
     sim/published.py has one, else the reference answers'."""
-    from tokenmill.sim.published import DATASETS
+    from tokenmill.sim.mlperf_datasets import DATASETS
 
     d = get_distribution(name)
     published = next(x for x in DATASETS if x.benchmark == name)

@@ -28,6 +28,8 @@ MLPERF_KV_FREE_FRACTION: dict[tuple[str, str, str, str, str], float] = {
     ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 0.95,
     ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Server"): 0.95,
     ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Interactive"): 0.90,
+    ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x288_TRT", "deepseek-r1", "Offline"): 0.95,
+    ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x288_TRT", "deepseek-r1", "Server"): 0.95,
     ("v6.0", "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline"): 0.95,
     ("v6.0", "Nebius", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Server"): 0.95,
     ("v6.0", "Nebius", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 0.95,

@@ -8,6 +8,8 @@ MLPERF_QUERIES: dict[tuple[str, str, str, str, str], int] = {
     ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 877_600,
     ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Server"): 219_400,
     ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Interactive"): 245_728,
+    ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x288_TRT", "deepseek-r1", "Offline"): 3_071_600,
+    ("v6.0", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x288_TRT", "deepseek-r1", "Server"): 1_053_120,
     ("v6.0", "Nebius", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Offline"): 658_200,
     ("v6.0", "Nebius", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "Server"): 219_400,
     ("v6.0", "CoreWeave", "GB300-NVL72_GB300-288GB_aarch64x8_TRT", "deepseek-r1", "Offline"): 105_312,

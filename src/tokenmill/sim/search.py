@@ -115,16 +115,17 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
     """Every candidate simulated, best first. ``base`` gives the GPU count,
     precision, token budget and MTP settings; ``splits`` also tries the
     disaggregated splits; ``seq_choices`` are the batch limits tried (per device
-    under attention DP); ``progress(n)`` is called as candidates finish (n of
-    them each time). Candidates skipped by the Offline bound (Server and
-    Interactive peak searches) are appended to ``pruned`` when given, with
+    under attention DP); ``progress(n)`` is called as the search advances, n
+    of ``progress_steps`` at a time (a peak search: each candidate's bound, then
+    its peak search or its skip). Candidates skipped by the Offline bound (Server
+    and Interactive peak searches) are appended to ``pruned`` when given, with
     their Offline figures."""
-    runs = list(_candidates(arch, hw, base, progress, splits, seq_choices))
-    peak_search = workload.scenario in ("server", "interactive") and workload.target_qps is None
+    peak_search = is_peak_search(workload)
+    runs = list(_candidates(arch, hw, base, progress, splits, seq_choices, 2 if peak_search else 1))
     if not peak_search:
         return sorted(_evaluate(arch, hw, runs, workload, progress), key=lambda c: -c.score)
     offline = replace(workload, scenario="offline", duration_s=None)  # a bound and an order: one short run each
-    bounds = sorted(_evaluate(arch, hw, runs, offline), key=lambda c: -c.score)
+    bounds = sorted(_evaluate(arch, hw, runs, offline, progress), key=lambda c: -c.score)
     found: list[Candidate] = []
     ratio = 1.0  # the best candidate's Server figure over its own bound
     for bound in bounds:
@@ -148,7 +149,8 @@ def candidate_deployment(base: Deployment, c: Candidate) -> Deployment:
                    pipeline_parallel=c.pipeline_parallel)
 
 
-def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool, seq_choices: tuple[int, ...]):
+def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool, seq_choices: tuple[int, ...],
+                steps_each: int):
     """(Candidate without figures, its deployment) for every candidate whose weights fit."""
     for parallel, pp in pipeline_layouts(arch, hw, base.num_gpus):
         trial = replace(base, parallel=parallel, disagg=None, pipeline_parallel=pp)
@@ -157,7 +159,7 @@ def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool, se
             check_deployment(arch, hw, trial)
         except ValueError:  # weights do not fit this layout
             if progress:
-                progress(len(seq_choices) * len(options))
+                progress(len(seq_choices) * len(options) * steps_each)
             continue
         per = parallel.devices if parallel.attention_dp else 1
         for split in options:
@@ -189,3 +191,14 @@ def searched_figures(found: list[Candidate], pruned: list[Candidate]) -> dict:
          "max_num_seqs": c.max_num_seqs, "tokens_per_s_per_gpu": c.score, "qps": c.figures["qps"],
          "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
         for c in found[:10]]}
+
+
+def is_peak_search(workload: Workload) -> bool:
+    """Server or Interactive at no given QPS: each candidate's peak QPS is searched."""
+    return workload.scenario in ("server", "interactive") and workload.target_qps is None
+
+
+def progress_steps(arch, hw: Hardware, num_gpus: int, workload: Workload, splits: bool = False,
+                   seq_choices: int = len(SEQ_CHOICES)) -> int:
+    """The total ``search`` reports to ``progress``: a step per candidate, two in a peak search."""
+    return num_candidates(arch, hw, num_gpus, splits, seq_choices) * (2 if is_peak_search(workload) else 1)
