@@ -311,7 +311,9 @@ def _uplift(arch, hw, deployment, workload, args: argparse.Namespace, choose: bo
     if assumed or choose:
         p = deployment.parallel
         layout = (f"{deployment.num_gpus} x {hw.name}, replicas of tp {p.tp}, ep {p.ep}"
-                  f"{', attention dp' if p.attention_dp else ''}, max-num-seqs {deployment.max_num_seqs}"
+                  f"{', attention dp' if p.attention_dp else ''}"
+                  f"{f', pp {deployment.pipeline_parallel}' if deployment.pipeline_parallel > 1 else ''}"
+                  f", max-num-seqs {deployment.max_num_seqs}"
                   f"{' (layout chosen)' if choose else ''}")
         print(f"full stack: {layout}" + (f"; assumed, as no technique flag was given: {'; '.join(assumed)}"
                                          if assumed else ""), file=sys.stderr if args.json else sys.stdout)
