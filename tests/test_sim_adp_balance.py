@@ -98,7 +98,7 @@ def test_the_deepseek_r1_server_rows_run_their_configs_scheduling():
     from tokenmill.sim.published import RESULTS
 
     rows = [r for r in RESULTS if r.model == "deepseek-r1" and r.scenario == "server"]
-    assert len(rows) == 9 and all(r.adp_balance in ((3, 9), (2, 6)) and not r.chunked_prefill for r in rows)
+    assert len(rows) == 10 and all(r.adp_balance in ((3, 9), (2, 6)) and not r.chunked_prefill for r in rows)
     assert all(r.adp_balance is None for r in RESULTS if r not in rows)
     # Whole prompts elsewhere only in the disaggregated Interactive row, whose prefill workers leave
     # TensorRT-LLM's default (unchunked) in place.

@@ -157,7 +157,8 @@ def test_the_deepseek_r1_server_rows_stream_as_their_configs_say():
                   for r in RESULTS if (r.model, r.scenario) == ("deepseek-r1", "server"))
     assert rows == [("v5.1", "b200", 8, 1), ("v5.1", "gb300", 72, 1), ("v6.0", "b200", 8, 20),
                     ("v6.0", "b300", 8, 20), ("v6.0", "b300", 8, 20), ("v6.0", "gb200", 72, 1),
-                    ("v6.0", "gb300", 8, 100), ("v6.0", "gb300", 72, 100), ("v6.0", "gb300", 72, 100)]
+                    ("v6.0", "gb300", 8, 100), ("v6.0", "gb300", 72, 100), ("v6.0", "gb300", 72, 100),
+                    ("v6.0", "gb300", 288, 100)]
 
 
 def test_the_table_names_the_host(capsys):
