@@ -386,7 +386,8 @@ def _table(f: dict) -> str:
         lines.append(f"  $ per 1M tokens    {f['cost_per_million_tokens']:.3f} (at ${price}/GPU-hour)")
     for i, c in enumerate(f.get("searched", ())):
         if i == 0:
-            lines.append("  best layouts searched (tokens/s per GPU):")
+            tried = "layouts tried" if f.get("layout_chosen") else "best layouts searched"
+            lines.append(f"  {tried} (tokens/s per GPU):")
         pools = f", disagg {c['disagg']}" if c.get("disagg") else ""
         pools += f", pp {c['pp']}" if c.get("pp", 1) > 1 else ""
         lines.append(f"    tp {c['tp']:>2}, ep {c['ep']:>2}{', attention dp' if c['attention_dp'] else '':15} "
