@@ -333,3 +333,16 @@ def test_validate_suite_filters_the_rows_and_out_keeps_the_table(capsys, tmp_pat
     printed = capsys.readouterr().out
     assert "1 of 1 rows" in printed or "0 of 1 rows" in printed
     assert out.read_text().strip() == printed.strip() and "mixtral-8x7b not in the simulator" in printed
+
+
+def test_a_peak_search_that_meets_no_rate_says_so(capsys):
+    # v5.1 kernels, eager steps: a TP4 DeepSeek-R1 replica's step is past the Interactive TPOT limit at any rate.
+    argv = ["sim", "--model", "deepseek-r1", "--hardware", "gb300", "--num-gpus", "4", "--tp", "4", "--scenario",
+            "interactive", "--kernels", "v5.1", "--no-cuda-graphs", "--isl", "128", "--osl", "32",
+            "--num-requests", "20"]
+    assert main([*argv, "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    assert f["qps"] == 0.0 and f["tokens_per_s"] == 0.0 and f["cost_per_million_tokens"] is None
+    assert f["tpot_ms"]["p99"] > 15  # the lowest rate tried, past the 15 ms limit
+    assert main(argv) == 0
+    assert "none meets the p99 limits" in capsys.readouterr().out

@@ -101,3 +101,13 @@ def test_cli_kernel_flags(capsys):
         cmd_sim(sim_args(*argv, "--kernels", "v5.1", "--uplift", "--baseline-kernels", "v6.0"))
     with pytest.raises(ValueError, match="--kernels v5.1: a TensorRT-LLM kernel generation"):
         cmd_sim(sim_args("--hardware", "this-machine", "--kernels", "v5.1"))
+
+
+def test_table_says_when_a_variant_meets_no_rate():
+    failing = {"tokens_per_s_per_gpu": 0.0, "ttft_ms": {"p99": 81.9}, "tpot_ms": {"p99": 24.2}, "qps": 0.0}
+    passing = {"tokens_per_s_per_gpu": 97.0, "ttft_ms": {"p99": 104.6}, "tpot_ms": {"p99": 14.6}, "qps": 49.6}
+    text = table([Variant("baseline", failing), Variant("full stack", passing)])
+    assert "| baseline | no QPS meets the p99 limits (at the lowest tried: TTFT p99 81.9 ms, TPOT p99 24.2 ms)" in text
+    assert "| full stack | 97 | - | 104.6 | 14.6 | 49.60 |" in text  # no ratio against a baseline of no rate
+    text = table([Variant("baseline", passing), Variant("+ x", failing)])
+    assert "| + x | no QPS meets" in text and "| baseline | 97 | 1.00x |" in text

@@ -370,7 +370,9 @@ def _table(f: dict) -> str:
              f"{', tile rule' if c.get('tile_rule') else ''}{pools}{sched})",
              f"  tokens/s per GPU   {f['tokens_per_s_per_gpu']:,.0f}",
              f"  tokens/s           {f['tokens_per_s']:,.0f}"]
-    if f["qps"] is not None:
+    if f["qps"] == 0.0:
+        lines.append("  QPS                none meets the p99 limits (the latencies below are the lowest rate tried's)")
+    elif f["qps"] is not None:
         what = "offered" if c.get("target_qps") else "peak meeting the p99 limits"
         lines.append(f"  QPS                {f['qps']:.2f} ({what})")
     timed = ""

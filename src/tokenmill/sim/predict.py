@@ -466,6 +466,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
     # run as the benchmark measured it (first arrival to last finish).
     loadgen_server = w.scenario in ("server", "interactive") and w.requests is None
     total = (result.completed_tokens_per_s if loadgen_server else result.output_tokens_per_s) * share
+    total = 0.0 if qps == 0.0 else total  # a peak search met the limits at no rate: the run is a failing one
     per_gpu = total / d.num_gpus
     cost = hw.price_per_hour * d.num_gpus / (total * 3600) * 1e6 if total else None
     tpot = result.tpot_ms
@@ -477,8 +478,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
         "cost_per_million_tokens": cost,
         "config": {"hardware": hw.name, "num_gpus": d.num_gpus, "replicas": d.replicas,
                    **asdict(d.parallel), "pp": d.pipeline_parallel, "precision": d.precision,
-                   "kv_cache_dtype": d.kv_cache_dtype,
-                   "max_num_seqs": d.max_num_seqs,
+                   "kv_cache_dtype": d.kv_cache_dtype, "max_num_seqs": d.max_num_seqs,
                    "max_num_batched_tokens": d.max_num_batched_tokens, "kv_blocks_per_replica": blocks,
                    "kv_free_fraction": d.kv_free_fraction,
                    "mtp_depth": d.mtp_depth, "mtp_tokens_per_step": d.mtp_tokens_per_step,

@@ -127,9 +127,16 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
     return out
 
 
+def _meets_no_rate(f: dict) -> bool:
+    """A peak search that found no QPS meeting the p99 limits (its figures are a failing run's)."""
+    return f["qps"] == 0.0
+
+
 def table(variants: list[Variant]) -> str:
-    """Markdown: tokens/s per GPU and its ratio to the baseline, latencies, QPS."""
-    base = variants[0].figures["tokens_per_s_per_gpu"] if variants[0].figures else None
+    """Markdown: tokens/s per GPU and its ratio to the baseline, latencies, QPS. A variant whose peak
+    search met the limits at no rate says so, and ratios against such a baseline are left out."""
+    first = variants[0].figures
+    base = first["tokens_per_s_per_gpu"] if first and not _meets_no_rate(first) else None
     lines = ["| variant | tokens/s per GPU | x baseline | TTFT p99 (ms) | TPOT p99 (ms) | QPS |",
              "|---|---|---|---|---|---|"]
     for v in variants:
@@ -137,6 +144,11 @@ def table(variants: list[Variant]) -> str:
             lines.append(f"| {v.name} | does not run: {v.error} | | | | |")
             continue
         f = v.figures
+        if _meets_no_rate(f):
+            tpot = f", TPOT p99 {f['tpot_ms']['p99']:,.1f} ms" if f["tpot_ms"] else ""
+            lines.append(f"| {v.name} | no QPS meets the p99 limits (at the lowest tried: TTFT p99 "
+                         f"{f['ttft_ms']['p99']:,.1f} ms{tpot}) | - | | | 0 |")
+            continue
         ratio = f"{f['tokens_per_s_per_gpu'] / base:.2f}x" if base else "-"
         tpot = f"{f['tpot_ms']['p99']:,.1f}" if f["tpot_ms"] else "-"
         qps = f"{f['qps']:,.2f}" if f["qps"] is not None else "-"
