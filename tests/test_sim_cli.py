@@ -48,6 +48,7 @@ def test_speculative_decoding_raises_throughput(capsys):
     (["--model", "llama9"], "--model"),
     (["--model", "llama3.1-405b", "--hardware", "h100", "--precision", "bf16"], "--tp/--ep"),
     (["--tp", "2", "--num-gpus", "3"], "--num-gpus"),
+    (["--num-gpus", "0"], "--num-gpus: must be >= 1"),
 ])
 def test_bad_deployments_name_the_flag(capsys, args, message):
     assert main(["sim", *SMALL, *args]) == 2

@@ -77,6 +77,8 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
     from tokenmill.sim.cost import Parallel
     from tokenmill.sim.predict import Deployment
 
+    if args.num_gpus is not None and args.num_gpus < 1:
+        raise ValueError(f"--num-gpus: must be >= 1, got {args.num_gpus}")
     parallel = Parallel(1 if args.tp is None else args.tp, 1 if args.ep is None else args.ep, args.attention_dp)
     stages = 1 if args.pp is None else args.pp
     if stages != 1 and args.search:
