@@ -90,7 +90,7 @@ def choose_layout(arch, hw, base: Deployment, workload: Workload) -> tuple[Deplo
     from tqdm import tqdm
 
     pruned: list = []
-    with tqdm(total=progress_steps(arch, hw, base.num_gpus, workload, seq_choices=1), desc="Choosing a layout",
+    with tqdm(total=progress_steps(arch, hw, base.num_gpus, workload, num_seq_choices=1), desc="Choosing a layout",
               unit="step", leave=False) as bar:
         found = search(arch, hw, base, workload, progress=bar.update, pruned=pruned,
                        seq_choices=(base.max_num_seqs,))

@@ -177,10 +177,11 @@ def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None) -> li
     return out
 
 
-def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False, seq_choices: int = len(SEQ_CHOICES)) -> int:
+def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False,
+                   num_seq_choices: int = len(SEQ_CHOICES)) -> int:
     options = sum(len(pool_splits(num_gpus // p.devices)) if splits and pp == 1 else 1
                   for p, pp in pipeline_layouts(arch, hw, num_gpus))
-    return options * seq_choices
+    return options * num_seq_choices
 
 
 def searched_figures(found: list[Candidate], pruned: list[Candidate]) -> dict:
@@ -199,6 +200,6 @@ def is_peak_search(workload: Workload) -> bool:
 
 
 def progress_steps(arch, hw: Hardware, num_gpus: int, workload: Workload, splits: bool = False,
-                   seq_choices: int = len(SEQ_CHOICES)) -> int:
+                   num_seq_choices: int = len(SEQ_CHOICES)) -> int:
     """The total ``search`` reports to ``progress``: a step per candidate, two in a peak search."""
-    return num_candidates(arch, hw, num_gpus, splits, seq_choices) * (2 if is_peak_search(workload) else 1)
+    return num_candidates(arch, hw, num_gpus, splits, num_seq_choices) * (2 if is_peak_search(workload) else 1)
