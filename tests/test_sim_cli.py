@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -10,6 +12,18 @@ import pytest
 from tokenmill.cli import main
 
 SMALL = ["--isl", "128", "--osl", "64", "--num-requests", "60"]
+
+
+def test_a_simulation_does_not_import_torch():
+    """The simulator reads model shapes only: a DeepSeek-R1 run (MoE, MLA, MTP module) leaves torch
+    unimported, which saves a second a run."""
+    code = ("import sys; from tokenmill.cli import main; "
+            "rc = main(['sim', '--model', 'deepseek-r1', '--hardware', 'gb300', '--num-gpus', '8', '--tp', '8', "
+            "'--ep', '8', '--isl', '128', '--osl', '64', '--num-requests', '60', '--json']); "
+            "print(rc, 'torch' in sys.modules, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.strip().splitlines()[-1] == "0 False"
+    assert json.loads(out.stdout)["tokens_per_s"] > 0
 
 
 @pytest.mark.parametrize("scenario", ["offline", "server", "singlestream"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenmill.model.moe import MoEConfig
+from tokenmill.model.moe_config import MoEConfig
 
 # HF `architectures` entry -> our family name (sets the family's defaults below).
 LLAMA_HF_FAMILIES = {

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenmill.model.moe import MoEConfig
-from tokenmill.model.rope import yarn_mscale
+from tokenmill.model.moe_config import MoEConfig
+from tokenmill.model.yarn import yarn_mscale
 
 DEEPSEEK_HF_ARCHITECTURES = ("DeepseekV3ForCausalLM",)
 DEEPSEEK_MODEL_TYPES = ("deepseek_v3",)

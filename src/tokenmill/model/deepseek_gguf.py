@@ -22,7 +22,7 @@ hands them over.
 from __future__ import annotations
 
 from tokenmill.model.deepseek_arch import DeepseekArch
-from tokenmill.model.moe import MoEConfig
+from tokenmill.model.moe_config import MoEConfig
 
 GGUF_ARCHITECTURES = ("deepseek2",)
 

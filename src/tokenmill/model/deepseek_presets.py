@@ -13,7 +13,7 @@ model/loaders/dummy.py), registered with the family's entry
 from __future__ import annotations
 
 from tokenmill.model.deepseek_arch import DeepseekArch
-from tokenmill.model.moe import MoEConfig
+from tokenmill.model.moe_config import MoEConfig
 
 _R1_YARN = {"rope_type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32,
             "beta_slow": 1, "original_max_position_embeddings": 4096}

@@ -22,8 +22,10 @@ owns how its layer's tensor splits into parts (e.g. ``cache[:, 0]``, ``cache[:, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -72,5 +74,7 @@ def allocate_kv_caches(spec: KVCacheSpec, num_blocks: int, block_size: int, devi
     NaN would leak through (NaN x 0 is NaN)."""
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"num_blocks and block_size: must be >= 1, got {num_blocks} and {block_size}")
+    import torch  # here, not at the top: the spec itself is read torch-free (`tokenmill sim`)
+
     shape = spec.layer_shape(num_blocks, block_size)
     return [torch.zeros(shape, device=device, dtype=dtype) for _ in range(spec.num_layers)]

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import torch
-
 from tokenmill.model.kv_cache_spec import KVCacheSpec
 
 if TYPE_CHECKING:
+    import torch
+
     from tokenmill.engine.exact_head import ExactHead
     from tokenmill.kernels.attention import AttentionMetadata
     from tokenmill.kernels.fused_ops import FusedOps

@@ -12,6 +12,7 @@ import math
 import torch
 
 from tokenmill.model.arch import ModelArch
+from tokenmill.model.yarn import yarn_mscale
 
 
 def inverse_frequencies(arch: ModelArch, freq_factors: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,8 +97,3 @@ def yarn_frequencies(dim: int, base: float, params: dict, max_position_embedding
     keep = 1 - ramp  # 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
     inv_freq = (1.0 / (factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep
     return inv_freq, float(attention_factor)
-
-
-def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's attention temperature term (1 when the context is not stretched)."""
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
