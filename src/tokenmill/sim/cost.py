@@ -257,9 +257,10 @@ def shape_kv_bytes_per_token(s: ModelShape, kv_dtype_bytes: float, parallel: Par
     return (s.num_layers - s.num_sliding_layers) * s.kv_values_per_token * kv_dtype_bytes / shard
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Rows:
-    """The step's rows in the terms the counts need (whole replica)."""
+    """The step's rows in the terms the counts need (whole replica). Never changed once built
+    (``_window_rows`` makes a new one); not frozen only because it is built every step."""
 
     rows: int
     logit_rows: int
@@ -270,15 +271,17 @@ class _Rows:
 
 
 def _rows(shape: StepShape) -> _Rows:
-    t = shape.tokens_per_decode
+    t, decodes, prefills = shape.tokens_per_decode, len(shape.decode_contexts), shape.prefills
     # Row j (1..t) of a decode with context c attends c + j keys; a prefill chunk of n
     # on context c attends n*c + n(n+1)/2 (causal, masked blocks skipped). Summed over
     # the decodes in closed form: a step can hold thousands, and this runs every step.
     contexts = sum(shape.decode_contexts)
-    decode_pairs = t * contexts + len(shape.decode_contexts) * (t * (t + 1) // 2)
-    prefill_pairs = sum(p.num_tokens * p.context + p.num_tokens * (p.num_tokens + 1) // 2 for p in shape.prefills)
-    prefix = sum(p.context for p in shape.prefills)
-    return _Rows(rows=shape.num_tokens, logit_rows=shape.num_decodes * t + len(shape.prefills),
+    decode_pairs = t * contexts + decodes * (t * (t + 1) // 2)
+    if not prefills:  # a decode-only step, the usual one
+        return _Rows(decodes * t, decodes * t, decode_pairs, 0, 0, contexts)
+    prefill_pairs = sum(p.num_tokens * p.context + p.num_tokens * (p.num_tokens + 1) // 2 for p in prefills)
+    prefix = sum(p.context for p in prefills)
+    return _Rows(rows=shape.num_tokens, logit_rows=decodes * t + len(prefills),
                  decode_pairs=decode_pairs, prefill_pairs=prefill_pairs, prefix_tokens=prefix,
                  kv_read_tokens=contexts + prefix)
 

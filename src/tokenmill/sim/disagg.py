@@ -42,7 +42,8 @@ import numpy as np
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.routed import simulate_routed
-from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime
+from tokenmill.sim.serving import SimConfig, SimRequest, StepTime
+from tokenmill.sim.sim_result import SimResult
 
 if TYPE_CHECKING:
     from tokenmill.sim.predict import Deployment

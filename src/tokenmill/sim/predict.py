@@ -52,8 +52,9 @@ from tokenmill.sim.scenarios import (
     single_stream,
     with_sample_repeats,
 )
-from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime, simulate
+from tokenmill.sim.serving import SimConfig, SimRequest, StepTime, simulate
 from tokenmill.sim.shapes import StepShape
+from tokenmill.sim.sim_result import SimResult
 
 PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 """KV cache bytes per value by weight precision (FP8 KV with FP8/FP4 weights, as the published runs use)."""

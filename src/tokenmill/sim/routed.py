@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from tokenmill.sim.pipeline import FlowShop
-from tokenmill.sim.serving import ReplicaSim, SimConfig, SimRequest, SimResult, StepTime
+from tokenmill.sim.serving import ReplicaSim, SimConfig, SimRequest, StepTime
+from tokenmill.sim.sim_result import SimResult
 
 ROUTER_POLICIES = ("kv", "least-loaded", "round-robin", "random")
 """The policies of ``tokenmill serve --router``, as the simulation applies them (module docstring)."""

@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from tokenmill.bench.presets import limits_for
-from tokenmill.sim.serving import SimConfig, SimRequest, SimResult, StepTime, simulate
+from tokenmill.sim.serving import SimConfig, SimRequest, StepTime, simulate
+from tokenmill.sim.sim_result import SimResult
 
 Lengths = int | Sequence[int] | Callable[[np.random.Generator], int]
 """Token counts: a constant, a list sampled uniformly (a dataset's lengths), or a draw from the generator."""

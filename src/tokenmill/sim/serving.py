@@ -57,14 +57,13 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
-from tokenmill.bench.results import Percentiles
 from tokenmill.sim.adp_balance import AdpBalance, AdpGate
 from tokenmill.sim.host_path import HostPath, HostQueue
 from tokenmill.sim.shapes import PrefillChunk, StepShape
+from tokenmill.sim.sim_result import SimResult
 
 StepTime = Callable[[StepShape], float]
 """Seconds one engine step takes (the cost model)."""
@@ -114,87 +113,6 @@ class SimConfig:
         if not 1.0 <= self.tokens_per_step <= 1 + self.draft_tokens:
             raise ValueError(f"tokens_per_step: must be in [1, 1 + draft_tokens = {1 + self.draft_tokens}], "
                              f"got {self.tokens_per_step}")
-
-
-@dataclass
-class SimResult:
-    """Per-request arrays are in the order the requests were given; times in seconds."""
-
-    arrival_s: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    """When its last token was emitted (end of that step)."""
-    output_tokens: np.ndarray
-    """Tokens each request generated (its ``output_tokens`` once it finished)."""
-    steps: int
-    preemptions: int
-    scheduled_seqs: int
-    """Sequences scheduled, summed over steps."""
-    scheduled_tokens: int
-    """Rows computed, summed over steps."""
-    busy_s: float
-    """Time spent in steps (the rest of the duration the engine sat idle)."""
-
-    @property
-    def ttft_s(self) -> np.ndarray:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def e2e_s(self) -> np.ndarray:
-        return self.finish_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> np.ndarray:
-        """(last token - first token) / (tokens - 1); NaN for one-token requests."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t = (self.finish_s - self.first_token_s) / (self.output_tokens - 1)
-        return np.where(self.output_tokens > 1, t, np.nan)
-
-    @property
-    def duration_s(self) -> float:
-        """First arrival to last finish (as bench/metrics.py measures a run)."""
-        return max(float(self.finish_s.max() - self.arrival_s.min()), 1e-12)
-
-    @property
-    def output_tokens_per_s(self) -> float:
-        return float(self.output_tokens.sum()) / self.duration_s
-
-    @property
-    def completed_tokens_per_s(self) -> float:
-        """LoadGen's Server figure ("Completed tokens per second", loadgen/results.cc): every
-        request's tokens over the time from the first arrival to the finish of the last one to
-        arrive. Requests still running then (long outputs issued earlier) count but their drain
-        does not, so a long run measures the sustained rate, not the slowest request."""
-        last = int(np.argmax(self.arrival_s))
-        span = float(self.finish_s[last] - self.arrival_s.min())
-        return float(self.output_tokens.sum()) / max(span, 1e-12)
-
-    @property
-    def requests_per_s(self) -> float:
-        return len(self.output_tokens) / self.duration_s
-
-    @property
-    def mean_batch_size(self) -> float:
-        return self.scheduled_seqs / max(self.steps, 1)
-
-    @property
-    def mean_tokens_per_step(self) -> float:
-        return self.scheduled_tokens / max(self.steps, 1)
-
-    @cached_property
-    def ttft_ms(self) -> Percentiles:
-        """Same percentile rule and units as the benchmark's Metrics.ttft_ms."""
-        return Percentiles.of(self.ttft_s.tolist())
-
-    @cached_property
-    def tpot_ms(self) -> Percentiles | None:
-        tpot = self.tpot_s
-        return Percentiles.of(tpot[~np.isnan(tpot)].tolist())
-
-    def meets(self, ttft_p99_s: float, tpot_p99_s: float) -> bool:
-        """MLPerf Server validity: p99 TTFT and p99 TPOT within the limits."""
-        tpot_ok = self.tpot_ms is None or self.tpot_ms.p99 <= tpot_p99_s * 1e3
-        return self.ttft_ms.p99 <= ttft_p99_s * 1e3 and tpot_ok
 
 
 def simulate(requests: Iterable[SimRequest], step_time: StepTime, config: SimConfig) -> SimResult:
@@ -258,6 +176,8 @@ class ReplicaSim:
         self.last_start = self.last_end = -math.inf  # of the last step that ran
         self.host = HostQueue(cfg.host_path) if cfg.host_path else None
         self.iters = np.zeros(n, dtype=np.int64)  # steps that emitted tokens, per request (host_path)
+        self.zeros = np.zeros(n, dtype=np.int64)
+        """Read only: slices of it are the drafts of a step without any (no copy per step)."""
 
     def _validate(self, cached: np.ndarray) -> None:
         cfg = self.cfg
@@ -368,20 +288,32 @@ class ReplicaSim:
         ids = self.run_ids
         if not ids.size:
             return _Step(_EMPTY, _EMPTY, _EMPTY, _EMPTY)
+        # Every step runs this: the usual case (all fit the budget and get their blocks) takes
+        # no searches and no partial copies; the result is the same either way.
         start = self.computed[ids]
         real = self.ntok[ids] - start  # >= 1: finished requests leave the running list
-        want = real + self._drafts(ids, real)
-        before = np.cumsum(want) - want  # budget used by the requests ahead
-        k = int(np.searchsorted(before, budget))  # the first k still find budget left
-        ids, start, real = ids[:k], start[:k], real[:k]
-        num = np.minimum(want[:k], budget - before[:k])
-        need = np.maximum(-(-(start + num) // self.cfg.block_size) - self.held[ids], 0)
+        want = real + self._drafts(ids, real) if self.cfg.draft_tokens else real
+        through = np.cumsum(want)
+        k = ids.size
+        if through[-1] <= budget:  # everyone gets all it wants
+            num = want
+        else:
+            before = through - want  # budget used by the requests ahead
+            k = int(np.searchsorted(before, budget))  # the first k still find budget left
+            ids, start, real = ids[:k], start[:k], real[:k]
+            num = np.minimum(want[:k], budget - before[:k])
+        held = self.held[ids]
+        need = np.maximum((start + num + (self.cfg.block_size - 1)) // self.cfg.block_size - held, 0)
         cum = np.cumsum(need)
-        j = int(np.searchsorted(cum, self.free, side="right"))  # the first j get their blocks
-        self.held[ids[:j]] += need[:j]
+        if cum[-1] <= self.free:  # the first j get their blocks: all of them
+            j = k
+            self.held[ids] = held + need
+        else:
+            j = int(np.searchsorted(cum, self.free, side="right"))
+            self.held[ids[:j]] += need[:j]
         self.free -= int(cum[j - 1]) if j else 0
-        drafts = np.maximum(num - real, 0) if self.cfg.draft_tokens else np.zeros_like(num)
-        head = _Step(ids[:j], start[:j], num[:j], drafts[:j])
+        drafts = np.maximum(num - real, 0) if self.cfg.draft_tokens else self.zeros[:k]
+        head = _Step(ids, start, num, drafts) if j == k else _Step(ids[:j], start[:j], num[:j], drafts[:j])
         if j < k:  # request j is short of blocks: go on one by one, preempting
             return self._schedule_running_preempting(head, budget - int(num[:j].sum()))
         return head
@@ -458,6 +390,8 @@ class ReplicaSim:
         budget or the output left) is a PrefillChunk of its rows at its context."""
         per_decode = 1 + self.cfg.draft_tokens
         decode = (self.ntok[step.ids] - step.start == 1) & (step.num == per_decode)
+        if decode.all():  # the usual step
+            return StepShape(tuple(step.start.tolist()), (), per_decode)
         chunks = ~decode
         prefills = tuple(PrefillChunk(n, c) for n, c in zip(step.num[chunks].tolist(), step.start[chunks].tolist()))
         return StepShape(tuple(step.start[decode].tolist()), prefills, per_decode)
@@ -466,15 +400,20 @@ class ReplicaSim:
         """Scheduler.update for a step that ended at ``t``; returns the requests it finished."""
         ids, start, num, drafts = step.ids, step.start, step.num, step.drafts
         ntok = self.ntok[ids]
-        emitted = (start + num == ntok + drafts).astype(np.int64)  # reached its last token: samples
-        verified = (emitted == 1) & (drafts > 0) if self.cfg.draft_tokens else None
-        if verified is not None and verified.any():
-            vid = ids[verified]
-            credit = self.credit[vid] + self.cfg.tokens_per_step
-            whole = np.floor(credit)
-            self.credit[vid] = credit - whole  # drafts cut short lose their share: those rows were not verified
-            emitted[verified] = np.minimum(whole.astype(np.int64), 1 + drafts[verified])
-        self.computed[ids] = start + num - drafts + np.maximum(emitted - 1, 0)
+        if self.cfg.draft_tokens:
+            emitted = (start + num == ntok + drafts).astype(np.int64)  # reached its last token: samples
+            verified = (emitted == 1) & (drafts > 0)
+            if verified.any():
+                vid = ids[verified]
+                credit = self.credit[vid] + self.cfg.tokens_per_step
+                whole = np.floor(credit)
+                self.credit[vid] = credit - whole  # drafts cut short lose their share: those rows were not verified
+                emitted[verified] = np.minimum(whole.astype(np.int64), 1 + drafts[verified])
+            self.computed[ids] = start + num - drafts + np.maximum(emitted - 1, 0)
+        else:  # no drafts: a row emits at most its one token
+            computed = start + num
+            emitted = (computed == ntok).astype(np.int64)
+            self.computed[ids] = computed
         gen_before = self.gen[ids]
         self.gen[ids] = gen_before + emitted
         self.ntok[ids] = ntok + emitted
