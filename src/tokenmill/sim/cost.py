@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -81,19 +82,20 @@ class Parallel:
         if max(self.tp, self.ep) % min(self.tp, self.ep):
             raise ValueError(f"parallel: tp={self.tp} and ep={self.ep} must divide one another")
 
-    @property
+    # Cached (each is read several times a step; the dataclass is frozen, so they never change).
+    @cached_property
     def devices(self) -> int:
         return max(self.tp, self.ep)
 
-    @property
+    @cached_property
     def attn_tp(self) -> int:
         return 1 if self.attention_dp else self.tp
 
-    @property
+    @cached_property
     def dp(self) -> int:
         return self.devices // self.attn_tp
 
-    @property
+    @cached_property
     def etp(self) -> int:
         return self.devices // self.ep
 
