@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -196,6 +196,7 @@ def expected_distinct_experts(rows: int, num_experts: int, top_k: int) -> float:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** rows)
 
 
+@lru_cache(maxsize=256)  # asked every step with the same few layouts
 def remote_ranks_per_token(ep: int, num_experts: int, top_k: int) -> float:
     """Other EP ranks a token's ``top_k`` distinct experts land on (experts spread evenly,
     ``num_experts / ep`` per rank; a token's experts drawn uniformly without replacement):
@@ -209,6 +210,7 @@ def remote_ranks_per_token(ep: int, num_experts: int, top_k: int) -> float:
     return (ep - 1) * (1.0 - miss)
 
 
+@lru_cache(maxsize=256)  # asked every step with the same few layouts
 def ep_imbalance(ep: int, num_experts: int, cv: float = EXPERT_LOAD_CV) -> float:
     """Busiest expert-parallel rank's tokens over the mean rank's. A rank holds
     E/ep experts, so its load's CV is cv / sqrt(E/ep) if experts' loads are
