@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -348,6 +349,33 @@ def test_validate_suite_filters_the_rows_and_out_keeps_the_table(capsys, tmp_pat
     printed = capsys.readouterr().out
     assert "1 of 1 rows" in printed or "0 of 1 rows" in printed
     assert out.read_text().strip() == printed.strip() and "mixtral-8x7b not in the simulator" in printed
+
+
+def test_a_server_search_reports_each_run_at_the_deployments_qps(capsys, monkeypatch):
+    from tokenmill.sim import scenario_run
+
+    told = []
+
+    @contextlib.contextmanager
+    def recording(enabled):
+        yield (lambda qps, ok: told.append((qps, ok))) if enabled else None
+
+    monkeypatch.setattr(scenario_run, "peak_search_bar", recording)
+    argv = ["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--num-gpus", "8", "--scenario", "server", *SMALL,
+            "--ttft-ms", "10"]  # below the Offline-rate cap: a search of several runs
+    assert main([*argv, "--json"]) == 0
+    f = json.loads(capsys.readouterr().out)
+    # 8 replicas are simulated as a routed group of 4 carrying half the load: the runs are told at the 8's QPS.
+    assert len(told) > 3 and max(q for q, ok in told if ok) == pytest.approx(f["qps"])
+    assert min(q for q, ok in told if not ok) > f["qps"]
+    told.clear()
+    assert main([*argv, "--target-qps", "50"]) == 0
+    assert told == []  # no search
+
+
+def test_the_peak_search_shows_a_progress_bar(capsys):
+    assert main(["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--scenario", "server", *SMALL]) == 0
+    assert "Searching the peak QPS" in capsys.readouterr().err
 
 
 def test_a_peak_search_that_meets_no_rate_says_so(capsys):

@@ -134,9 +134,14 @@ def test_find_peak_qps_meets_limits_below_capacity():
     def make(qps):
         return server_requests(qps, P, N, num_requests=600, seed=7)
 
-    qps, result = find_peak_qps(make, linear, big(SEQS), limits, start_qps=5.0, rel_tol=0.02)
+    told = []
+    qps, result = find_peak_qps(make, linear, big(SEQS), limits, start_qps=5.0, rel_tol=0.02,
+                                on_run=lambda q, ok: told.append((q, ok)))
     assert 0.5 * CAPACITY_QPS < qps < CAPACITY_QPS and result.meets(*limits)
     assert not simulate(make(1.2 * qps), linear, big(SEQS)).meets(*limits)
+    # Every run is reported once, with its verdict: the peak is the highest passing rate told.
+    assert told[0][0] == 5.0 and max(q for q, ok in told if ok) == qps
+    assert min(q for q, ok in told if not ok) > qps and len(set(told)) == len(told) > 3
 
 
 def test_find_peak_qps_reports_zero_when_limits_are_unreachable():

@@ -29,6 +29,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from tokenmill.sim.auto import choose_layout, fewest_gpus, needs_layout_choice
     from tokenmill.sim.models import get_model
     from tokenmill.sim.predict import predict
+    from tokenmill.sim.scenario_run import peak_search_bar
 
     model = args.model or "llama3.1-8b"
     kernels = _kernels(args)  # before this-machine's profile is loaded: refused there either way
@@ -67,7 +68,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     elif choose:
         figures = choose_layout(arch, hw, deployment, workload)[1]
     else:
-        figures = predict(arch, hw, deployment, workload)
+        searching = workload.scenario in ("server", "interactive") and workload.target_qps is None
+        with peak_search_bar(searching) as on_run:
+            figures = predict(arch, hw, deployment, workload, on_peak_run=on_run)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
 

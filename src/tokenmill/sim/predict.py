@@ -42,16 +42,7 @@ from tokenmill.sim.models import model_shape
 from tokenmill.sim.mtp_module import draft_seconds
 from tokenmill.sim.pipeline import cycle_seconds, flow_shops, stage_shape
 from tokenmill.sim.routed import simulate_routed
-from tokenmill.sim.scenarios import (
-    MLPERF_SERVER_MIN_QUERIES,
-    OFFLINE_SLACK,
-    find_peak_qps,
-    limits_s,
-    offline_requests,
-    server_requests,
-    single_stream,
-    with_sample_repeats,
-)
+from tokenmill.sim.scenario_run import PeakRunReport, run_scenario
 from tokenmill.sim.serving import SimConfig, SimRequest, StepTime, simulate
 from tokenmill.sim.shapes import StepShape
 from tokenmill.sim.sim_result import SimResult
@@ -60,15 +51,10 @@ PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 """KV cache bytes per value by weight precision (FP8 KV with FP8/FP4 weights, as the published runs use)."""
 
 
-HINTED_STEP = 1.25
-"""The peak search's bracketing factor from ``Workload.qps_hint`` (2 from the Offline rate):
-a neighbour's peak is usually within 25% (each bracketing step is a 600 s run to simulate)."""
 ROUTED_GROUP = 4
 """Replicas simulated together behind the router for Server and Interactive: the
 least-load rule's gain over one replica alone is mostly there by 4 (queueing's
 pooling), and each replica simulated costs its steps."""
-OFFLINE_SIZING_RUNS = 4
-"""Most re-sizings of a timed Offline run (``Workload.duration_s``); two usually settle it."""
 
 
 @dataclass(frozen=True)
@@ -310,8 +296,9 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
     return kv_blocks(arch, hw, d, d.parallel)
 
 
-def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
-    """The figures of one run: throughput, latency percentiles, cost, and the deployment."""
+def predict(arch, hw: Hardware, d: Deployment, w: Workload, on_peak_run: PeakRunReport | None = None) -> dict:
+    """The figures of one run: throughput, latency percentiles, cost, and the deployment.
+    ``on_peak_run``: told each run of a Server peak-QPS search (sim/scenario_run.py)."""
     blocks = check_deployment(arch, hw, d)
     if not d.cuda_graphs:
         hw = without_cuda_graphs(hw, arch.num_layers, d.eager_layer_s)
@@ -358,7 +345,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload) -> dict:
     if w.requests is not None:
         result, qps = run(list(w.requests if d.disagg else w.requests[::d.engines // group])), None  # one share
     else:
-        result, qps = _scenario(w, run, seconds, config, num_requests, share)
+        result, qps = run_scenario(w, run, seconds, config, num_requests, share, on_peak_run)
     figures = _figures(result, hw, d, w, blocks, qps, share, decode_blocks)
     figures["config"]["routed_group"] = group if group > 1 else None
     figures["config"]["router"] = d.router if group > 1 else None
@@ -408,56 +395,6 @@ def _scheduler_group(d: Deployment, w: Workload) -> int:
 def host_path(d: Deployment) -> HostPath | None:
     """The replicas' response path; None without a host rate (``stream_interval`` then has no effect)."""
     return None if d.host_stream_rate is None else HostPath(d.host_stream_rate, d.stream_interval)
-
-
-def _scenario(w: Workload, run, seconds, config: SimConfig, num_requests: int,
-              share: float) -> tuple[SimResult, float | None]:
-    """The run of ``w``'s scenario on one share of the load (``run``: one replica, a
-    routed group, or the disaggregated pools) and its QPS per share (None unless Server)."""
-    isl, osl = w.lengths()
-
-    def offline_run(n: int) -> SimResult:
-        return run(offline_requests(n, isl, osl, cached_tokens=w.cached_tokens))
-
-    least = math.ceil((w.min_queries or 0) / share) if w.duration_s is not None else 0
-    if w.scenario == "offline":
-        n = max(num_requests, least)
-        result = offline_run(n)
-        # LoadGen issues 1.1 x the expected rate x min_duration samples; a run's rate grows with its
-        # size (its ramp and drain weigh less), so size again from each run until the size holds.
-        for _ in range(OFFLINE_SIZING_RUNS if w.duration_s is not None else 0):
-            sized = math.ceil(result.requests_per_s * OFFLINE_SLACK * w.duration_s)
-            if sized <= n:
-                break
-            n = sized
-            result = offline_run(n)
-        return result, None
-    if w.scenario == "singlestream":
-        return single_stream(min(w.num_requests, 64), isl, osl, seconds, config), None
-
-    def arrivals(q: float) -> list[SimRequest]:
-        if w.duration_s is None:
-            drawn = server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
-        else:
-            drawn = server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
-                                    min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
-        return with_sample_repeats(drawn, w.num_samples) if w.num_samples else drawn
-
-    if w.target_qps is not None:
-        qps = w.target_qps / share
-        return run(arrivals(qps)), qps
-    limits = limits_s(w.preset, w.scenario)
-    limits = (w.ttft_ms / 1e3 if w.ttft_ms else limits[0], w.tpot_ms / 1e3 if w.tpot_ms else limits[1])
-    # The search starts at the Offline request rate of num_requests requests (or the hint) and halves
-    # or doubles from there: the peak is usually within a few steps of it, and low-QPS runs (many
-    # small steps) are the slowest to simulate. A finite request set (no duration) is also capped
-    # there (find_peak_qps: a burst is not a rate); a timed run needs no cap.
-    timed = w.duration_s is not None
-    hinted = timed and bool(w.qps_hint)
-    start = w.qps_hint / share if hinted else offline_run(num_requests).requests_per_s
-    qps, result = find_peak_qps(arrivals, seconds, config, limits, run=run, max_qps=math.inf if timed else start,
-                                start_qps=start, step=HINTED_STEP if hinted else 2.0)
-    return result, qps
 
 
 def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks: int, qps: float | None,

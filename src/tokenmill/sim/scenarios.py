@@ -141,7 +141,8 @@ def single_stream(num_requests: int, isl: Lengths, osl: Lengths, step_time: Step
 def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time: StepTime, config: SimConfig,
                   limits: tuple[float, float], start_qps: float = 1.0, rel_tol: float = 0.02,
                   max_runs: int = 40, run: Callable[[list[SimRequest]], SimResult] | None = None,
-                  max_qps: float = math.inf, step: float = 2.0) -> tuple[float, SimResult]:
+                  max_qps: float = math.inf, step: float = 2.0,
+                  on_run: Callable[[float, bool], None] | None = None) -> tuple[float, SimResult]:
     """Highest QPS whose run meets ``limits`` = (ttft_p99_s, tpot_p99_s):
     multiply or divide by ``step`` from ``start_qps`` until one QPS passes and
     another fails, then bisect (geometrically) until they are within ``rel_tol``
@@ -156,7 +157,7 @@ def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time:
     pools, sim/disagg.py). ``max_qps`` caps the search: a finite request set
     offered faster than the system completes requests arrives as one burst,
     which can meet the limits without the rate being sustainable (pass the
-    Offline requests/s of the same requests)."""
+    Offline requests/s of the same requests). ``on_run(qps, met)`` is told after each run."""
     if start_qps <= 0 or rel_tol <= 0 or step <= 1:
         raise ValueError("find_peak_qps: start_qps and rel_tol must be positive, step above 1")
     runs = 0
@@ -166,7 +167,10 @@ def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time:
         runs += 1
         requests = make_requests(qps)
         result = run(requests) if run else simulate(requests, step_time, config)
-        return result.meets(*limits), result
+        ok = result.meets(*limits)
+        if on_run is not None:
+            on_run(qps, ok)
+        return ok, result
 
     best: tuple[float, SimResult] | None = None  # highest passing
     fail: tuple[float, SimResult] | None = None  # lowest failing
