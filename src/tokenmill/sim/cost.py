@@ -275,11 +275,11 @@ class _Rows:
 
 
 def _rows(shape: StepShape) -> _Rows:
-    t, decodes, prefills = shape.tokens_per_decode, len(shape.decode_contexts), shape.prefills
+    t, decodes, prefills = shape.tokens_per_decode, shape.num_decodes, shape.prefills
     # Row j (1..t) of a decode with context c attends c + j keys; a prefill chunk of n
     # on context c attends n*c + n(n+1)/2 (causal, masked blocks skipped). Summed over
     # the decodes in closed form: a step can hold thousands, and this runs every step.
-    contexts = sum(shape.decode_contexts)
+    contexts = shape.decode_context_sum
     decode_pairs = t * contexts + decodes * (t * (t + 1) // 2)
     if not prefills:  # a decode-only step, the usual one
         return _Rows(decodes * t, decodes * t, decode_pairs, 0, 0, contexts)
@@ -298,7 +298,7 @@ def _window_rows(shape: StepShape, full: _Rows, window: int) -> _Rows:
         below = np.clip(window - context, 0, rows)
         return below * context + below * (below + 1) // 2 + (rows - below) * window
 
-    contexts = np.asarray(shape.decode_contexts, dtype=np.int64)  # vectorized: a step holds up to ~1k decodes
+    contexts = shape.decode_context_array()  # vectorized: a step holds up to thousands of decodes
     prefix = sum(min(p.context, window) for p in shape.prefills)
     return replace(full, decode_pairs=int(attended(contexts, shape.tokens_per_decode).sum()),
                    prefill_pairs=sum(int(attended(p.context, p.num_tokens)) for p in shape.prefills),

@@ -29,6 +29,8 @@ import math
 from dataclasses import replace
 from functools import lru_cache
 
+import numpy as np
+
 from tokenmill.model.deepseek_arch import DeepseekArch
 from tokenmill.model.protocol import ArchInfo
 from tokenmill.sim.cost import Parallel, shape_step_cost, step_time
@@ -54,9 +56,8 @@ def module_shape(s: ModelShape) -> ModelShape:
 def later_pass(shape: StepShape) -> StepShape:
     """Passes 2..N: one row per sequence that drafts (every decode, and a prompt whose last
     chunk this step computed), attending over its context and the rows since."""
-    contexts = tuple(c + shape.tokens_per_decode for c in shape.decode_contexts)
-    contexts += tuple(p.context + p.num_tokens for p in shape.prefills)
-    return StepShape(decode_contexts=contexts)
+    prompts = np.array([p.context + p.num_tokens for p in shape.prefills], dtype=np.int64)
+    return StepShape(decode_contexts=np.concatenate([shape.decode_context_array() + shape.tokens_per_decode, prompts]))
 
 
 def draft_seconds(arch: ArchInfo, shape: StepShape, depth: int, parallel: Parallel, precision: str,

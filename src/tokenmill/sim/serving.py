@@ -391,10 +391,10 @@ class ReplicaSim:
         per_decode = 1 + self.cfg.draft_tokens
         decode = (self.ntok[step.ids] - step.start == 1) & (step.num == per_decode)
         if decode.all():  # the usual step
-            return StepShape(tuple(step.start.tolist()), (), per_decode)
+            return StepShape(step.start, (), per_decode)  # the array itself: step.start is never written
         chunks = ~decode
         prefills = tuple(PrefillChunk(n, c) for n, c in zip(step.num[chunks].tolist(), step.start[chunks].tolist()))
-        return StepShape(tuple(step.start[decode].tolist()), prefills, per_decode)
+        return StepShape(step.start[decode], prefills, per_decode)
 
     def _update(self, step: _Step, t: float) -> np.ndarray:
         """Scheduler.update for a step that ended at ``t``; returns the requests it finished."""
