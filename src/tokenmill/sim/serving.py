@@ -293,25 +293,26 @@ class ReplicaSim:
         start = self.computed[ids]
         real = self.ntok[ids] - start  # >= 1: finished requests leave the running list
         want = real + self._drafts(ids, real) if self.cfg.draft_tokens else real
-        through = np.cumsum(want)
         k = ids.size
-        if through[-1] <= budget:  # everyone gets all it wants
+        if int(want.sum()) <= budget:  # everyone gets all it wants (a sum is cheaper than a cumsum)
             num = want
         else:
-            before = through - want  # budget used by the requests ahead
+            before = np.cumsum(want) - want  # budget used by the requests ahead
             k = int(np.searchsorted(before, budget))  # the first k still find budget left
             ids, start, real = ids[:k], start[:k], real[:k]
             num = np.minimum(want[:k], budget - before[:k])
         held = self.held[ids]
         need = np.maximum((start + num + (self.cfg.block_size - 1)) // self.cfg.block_size - held, 0)
-        cum = np.cumsum(need)
-        if cum[-1] <= self.free:  # the first j get their blocks: all of them
+        taken = int(need.sum())
+        if taken <= self.free:  # the first j get their blocks: all of them
             j = k
             self.held[ids] = held + need
         else:
+            cum = np.cumsum(need)
             j = int(np.searchsorted(cum, self.free, side="right"))
             self.held[ids[:j]] += need[:j]
-        self.free -= int(cum[j - 1]) if j else 0
+            taken = int(cum[j - 1]) if j else 0
+        self.free -= taken
         drafts = np.maximum(num - real, 0) if self.cfg.draft_tokens else self.zeros[:k]
         head = _Step(ids, start, num, drafts) if j == k else _Step(ids[:j], start[:j], num[:j], drafts[:j])
         if j < k:  # request j is short of blocks: go on one by one, preempting
@@ -410,15 +411,16 @@ class ReplicaSim:
                 self.credit[vid] = credit - whole  # drafts cut short lose their share: those rows were not verified
                 emitted[verified] = np.minimum(whole.astype(np.int64), 1 + drafts[verified])
             self.computed[ids] = start + num - drafts + np.maximum(emitted - 1, 0)
-        else:  # no drafts: a row emits at most its one token
+            emitting = emitted > 0
+        else:  # no drafts: a row emits at most its one token (bool, added as 0 or 1)
             computed = start + num
-            emitted = (computed == ntok).astype(np.int64)
+            emitted = emitting = computed == ntok
             self.computed[ids] = computed
         gen_before = self.gen[ids]
-        self.gen[ids] = gen_before + emitted
+        gen_after = gen_before + emitted
+        self.gen[ids] = gen_after
         self.ntok[ids] = ntok + emitted
-        emitting = emitted > 0
-        starts, ends = (gen_before == 0) & emitting, gen_before + emitted >= self.out_n[ids]
+        starts, ends = (gen_before == 0) & emitting, gen_after >= self.out_n[ids]
         first, done = ids[starts], ids[ends]
         seen = t if self.host is None else self._respond(ids[emitting], (starts | ends)[emitting], t)
         self.first[first] = seen
@@ -426,7 +428,10 @@ class ReplicaSim:
             self.finish[done] = seen
             self.free += int(self.held[done].sum())
             self.held[done] = 0
-            self.run_ids = self.run_ids[np.isnan(self.finish[self.run_ids])]
+            # A step that scheduled as many requests as are running scheduled all of them, in their
+            # order (running first, then those it admitted, which joined the running list's end).
+            whole = ids.size == self.run_ids.size
+            self.run_ids = ids[~ends] if whole else self.run_ids[np.isnan(self.finish[self.run_ids])]
         return done
 
     def _respond(self, emitting: np.ndarray, first_or_last: np.ndarray, t: float) -> float:
