@@ -367,7 +367,7 @@ def step_at_published_batch(run: ServedRun, steps: int = 200, seed: int = 0,
             waiting = [w for w in waiting if w[1] < w[0]]
         else:  # whole prompts, each in the step it arrives
             prefills, waiting = tuple(PrefillChunk(p, 0) for p, _ in waiting), []
-        cost = step_cost(arch, StepShape(tuple(contexts.tolist()), prefills), run.parallel, run.precision, kv_bytes)
+        cost = step_cost(arch, StepShape(contexts, prefills), run.parallel, run.precision, kv_bytes)
         device = step_time(cost, hw, run.precision, run.fused_allreduce).total_s * step_scale(run.kernels)
         total += max(device, host_seq_s * (batch + len(prefills)))
     return total / steps * 1e3
