@@ -27,8 +27,9 @@ def test_an_array_and_a_tuple_of_contexts_make_the_same_shape():
     assert a != StepShape((30, 41, 8), CHUNK, 2) and a != StepShape((30, 41, 7), CHUNK, 1)
 
 
-def test_a_shape_cannot_be_changed():
-    s = StepShape((1, 2))
+def test_a_shape_cannot_be_changed_and_takes_any_iterable_of_contexts():
+    s = StepShape(c for c in (1, 2))
+    assert s.num_decodes == 2 and s.decode_context_sum == 3 and s == StepShape((1, 2))
     with pytest.raises(AttributeError, match="immutable"):
         s.tokens_per_decode = 3
 

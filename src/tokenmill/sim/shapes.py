@@ -36,9 +36,10 @@ class StepShape:
     def __init__(self, decode_contexts: tuple[int, ...] | np.ndarray = (), prefills: tuple[PrefillChunk, ...] = (),
                  tokens_per_decode: int = 1, extra: dict | None = None):
         array = isinstance(decode_contexts, np.ndarray)
+        contexts = decode_contexts if array else tuple(decode_contexts)  # any iterable of ints
         set_ = object.__setattr__
-        set_(self, "_contexts", decode_contexts)
-        set_(self, "_tuple", None if array else tuple(decode_contexts))
+        set_(self, "_contexts", contexts)
+        set_(self, "_tuple", None if array else contexts)
         set_(self, "prefills", tuple(prefills))
         set_(self, "tokens_per_decode", tokens_per_decode)
         set_(self, "extra", {} if extra is None else extra)
