@@ -73,19 +73,25 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
     choose = _chooser(policy, replicas, config, sims, routed, pending)
     owner = np.full(len(requests), -1, dtype=np.int64)
     clock = [0.0] * replicas
-    order, nxt = sims[0].order, 0
+    nxt = 0
 
     def start(r: int) -> float:  # when scheduler r's next step would begin
         return shops[r // pipeline].start(clock[r]) if shops else clock[r]
 
+    order = sims[0].order.tolist()  # request indices in arrival order, and their arrivals, as Python numbers
+    arrivals = sims[0].arrival[order].tolist()
     while True:
-        busy = [r for r in range(replicas) if sims[r].has_work()]
-        r_step = min(busy, key=start) if busy else None
-        t_arrival = float(sims[0].arrival[order[nxt]]) if nxt < len(order) else math.inf
+        r_step, t = None, math.inf  # the busy replica whose next step begins first (the lowest index of a tie)
+        for r in range(replicas):
+            if sims[r].has_work():
+                begins = start(r)
+                if r_step is None or begins < t:
+                    r_step, t = r, begins
+        t_arrival = arrivals[nxt] if nxt < len(order) else math.inf
         if r_step is None and nxt == len(order):
             break
-        if r_step is None or t_arrival <= start(r_step):
-            i = int(order[nxt])
+        if r_step is None or t_arrival <= t:
+            i = order[nxt]
             r = choose()
             if not sims[r].has_work():
                 clock[r] = max(clock[r], t_arrival)  # an idle replica starts its next step at the arrival
@@ -95,7 +101,7 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
             owner[i] = r
             nxt += 1
             continue
-        sim, t = sims[r_step], start(r_step)
+        sim = sims[r_step]
         clock[r_step] = t + sim.step(shops[r_step // pipeline].step_time(t) if shops else step_time, t)
         if sim.finished_last_step.size:
             routed[r_step] -= int(prompt_blocks[sim.finished_last_step].sum())
