@@ -12,15 +12,8 @@ import pytest
 
 from tokenmill.model.arch import ModelArch
 from tokenmill.model.moe import MoEConfig
-from tokenmill.sim.cost import (
-    Parallel,
-    ep_imbalance,
-    expected_distinct_experts,
-    kv_bytes_per_token,
-    step_cost,
-    step_time,
-    weight_bytes,
-)
+from tokenmill.sim.cost import Parallel, kv_bytes_per_token, step_cost, step_time, weight_bytes
+from tokenmill.sim.expert_routing import ep_imbalance, expected_distinct_experts, remote_ranks_per_token
 from tokenmill.sim.hardware import HARDWARE, Hardware, get_hardware
 from tokenmill.sim.models import SIM_MODELS, get_model, model_shape
 from tokenmill.sim.shapes import PrefillChunk, StepShape
@@ -137,8 +130,6 @@ def test_moe_weight_bytes_follow_rows_and_ep():
 
 
 def test_all_to_all_sends_a_token_once_per_remote_rank_in_the_gemm_precision():
-    from tokenmill.sim.cost import remote_ranks_per_token
-
     # 8 experts over 2 ranks, top 2: the other rank owns neither with P = C(4,2)/C(8,2) = 6/28.
     assert remote_ranks_per_token(2, 8, 2) == pytest.approx(1 - 6 / 28)
     assert remote_ranks_per_token(8, 256, 1) == pytest.approx(7 / 8)  # top-1: the plain remote share
@@ -343,8 +334,6 @@ def test_gemm_fraction_per_precision_replaces_the_default_for_that_precision_onl
 
 
 def test_expert_parallel_step_runs_at_the_busiest_ranks_pace():
-    from tokenmill.sim.cost import ep_imbalance
-
     # The published anchor: DeepSeek-R1's 256 experts over 32 ranks, busiest rank 2.56x the mean.
     assert ep_imbalance(32, 256) == pytest.approx(2.56, abs=0.01)
     assert ep_imbalance(1, 256) == 1.0 and ep_imbalance(8, 0) == 1.0
