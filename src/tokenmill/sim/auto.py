@@ -84,16 +84,17 @@ def fewest_gpus(arch, hw, base: Deployment) -> int:
                      f"the weights in {base.precision}; a lower --precision, or --tp/--pp by hand")
 
 
-def choose_layout(arch, hw, base: Deployment, workload: Workload) -> tuple[Deployment, dict]:
+def choose_layout(arch, hw, base: Deployment, workload: Workload, jobs: int = 1) -> tuple[Deployment, dict]:
     """The best layout on ``base.num_gpus`` at ``base.max_num_seqs``, and its figures with
-    the layouts tried under "searched" and ``layout_chosen`` set (module docstring)."""
+    the layouts tried under "searched" and ``layout_chosen`` set (module docstring; ``jobs``
+    processes, sim/jobs.py)."""
     from tqdm import tqdm
 
     pruned: list = []
     with tqdm(total=progress_steps(arch, hw, base.num_gpus, workload, num_seq_choices=1), desc="Choosing a layout",
               unit="step", leave=False) as bar:
         found = search(arch, hw, base, workload, progress=bar.update, pruned=pruned,
-                       seq_choices=(base.max_num_seqs,))
+                       seq_choices=(base.max_num_seqs,), jobs=jobs)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {base.num_gpus} x {hw.name} that --search tries holds the "
                          "model's weights")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tokenmill.sim.cli_args import DEFAULT_NUM_REQUESTS
 from tokenmill.sim.hardware import get_hardware, with_tile_rule
+from tokenmill.sim.jobs import check_jobs
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -46,6 +47,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     workload = _workload(args, model)
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
+    check_jobs(args.jobs)
     choose = needs_layout_choice(arch, hw, deployment, args)
     if choose and args.num_gpus is None:
         deployment = replace(deployment, num_gpus=fewest_gpus(arch, hw, deployment))
@@ -60,13 +62,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
         from tokenmill.sim.pareto import front_table, run_pareto
 
         doc = run_pareto(arch, hw, deployment, workload, args.pareto, model=model,
-                         search_layouts=(args.num_gpus is not None or choose) and deployment.disagg is None)
+                         search_layouts=(args.num_gpus is not None or choose) and deployment.disagg is None,
+                         jobs=args.jobs)
         print(json.dumps(doc, indent=2) if args.json else front_table(doc))
         return 0
     if args.search:
-        figures = _search(arch, hw, deployment, workload, splits=args.disagg == "auto")
+        figures = _search(arch, hw, deployment, workload, splits=args.disagg == "auto", jobs=args.jobs)
     elif choose:
-        figures = choose_layout(arch, hw, deployment, workload)[1]
+        figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)[1]
     else:
         searching = workload.scenario in ("server", "interactive") and workload.target_qps is None
         with peak_search_bar(searching) as on_run:
@@ -310,7 +313,7 @@ def _uplift(arch, hw, deployment, workload, args: argparse.Namespace, choose: bo
     deployment, baseline_kernels, baseline_eager, assumed = full_stack(
         arch, hw, deployment, workload, args.baseline_kernels, args.baseline_eager)
     if choose:
-        deployment = choose_layout(arch, hw, deployment, workload)[0]
+        deployment = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)[0]
     if assumed:
         deployment = with_fusion(deployment, assumed)
     if assumed or choose:
@@ -326,7 +329,7 @@ def _uplift(arch, hw, deployment, workload, args: argparse.Namespace, choose: bo
     n = len(techniques(deployment, workload, baseline_kernels, baseline_eager))
     with tqdm(total=n + 1 + (n > 1), desc="Simulating variants", unit="variant", leave=False) as bar:
         variants = uplift(arch, hw, deployment, workload, progress=bar.update, baseline_kernels=baseline_kernels,
-                          baseline_eager=baseline_eager)
+                          baseline_eager=baseline_eager, jobs=args.jobs)
     if args.json:
         print(json.dumps([{"variant": v.name, "figures": v.figures, "error": v.error or None} for v in variants],
                          indent=2))
@@ -335,7 +338,7 @@ def _uplift(arch, hw, deployment, workload, args: argparse.Namespace, choose: bo
     return 0
 
 
-def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
+def _search(arch, hw, deployment, workload, splits: bool = False, jobs: int = 1) -> dict:
     """The best candidate's figures, with the ten best under "searched" and the
     count of candidates a peak search skipped by their Offline bound."""
     from tqdm import tqdm
@@ -345,7 +348,7 @@ def _search(arch, hw, deployment, workload, splits: bool = False) -> dict:
     pruned: list = []
     with tqdm(total=progress_steps(arch, hw, deployment.num_gpus, workload, splits), desc="Searching deployments",
               unit="step", leave=False) as bar:
-        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned)
+        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned, jobs=jobs)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
     return searched_figures(found, pruned)

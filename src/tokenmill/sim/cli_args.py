@@ -40,8 +40,11 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     _add_workload_args(workload)
     _add_scheduling_args(workload)
     _add_calibrate_args(parser.add_argument_group("calibrate"))
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="simulations run at once, one process each (default 1): --search's and the layout "
+                             "choice's candidates, --uplift's variants, --pareto's points, validate's rows and runs; "
+                             "the answers are the same for any N (a single deployment's run is one process)")
     v = parser.add_argument_group("validate")
-    v.add_argument("--jobs", type=int, default=1, help="rows simulated at once, one process each (default 1)")
     v.add_argument("--out", default=None, metavar="PATH",
                    help="also write the Markdown table of the rows finished so far to PATH after every row "
                         "(a long run interrupted keeps what it did)")

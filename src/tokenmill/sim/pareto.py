@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.jobs import run_all
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
 
 SEQ_SWEEP = tuple(2 ** i for i in range(11))
@@ -50,10 +51,11 @@ def batch_sizes(parallel: Parallel, workload: Workload, sizes: Sequence[int] = S
 
 
 def sweep(arch, hw: Hardware, base: Deployment, workload: Workload, parallels: Sequence[Parallel],
-          sizes: Sequence[int] = SEQ_SWEEP, progress: Callable[[int], None] | None = None) -> list[Point]:
+          sizes: Sequence[int] = SEQ_SWEEP, progress: Callable[[int], None] | None = None,
+          jobs: int = 1) -> list[Point]:
     """Every point that runs, its ``on_front`` set; layouts whose weights do not fit are skipped.
-    ``progress(n)`` is called as points finish (n of them each time)."""
-    points = []
+    ``progress(n)`` is called as points finish (n of them each time); ``jobs``: processes (sim/jobs.py)."""
+    calls = []
     for parallel in parallels:
         trial = replace(base, parallel=parallel)
         seqs = batch_sizes(parallel, workload, sizes)
@@ -63,10 +65,8 @@ def sweep(arch, hw: Hardware, base: Deployment, workload: Workload, parallels: S
             if progress:
                 progress(len(seqs))
             continue
-        for n in seqs:
-            points.append(_point(arch, hw, trial, workload, n))
-            if progress:
-                progress(1)
+        calls += [(arch, hw, trial, workload, n) for n in seqs]
+    points = run_all(_point, calls, jobs, on_done=(lambda i, p: progress(1)) if progress else None)
     front = pareto_front([(p.tokens_per_s_per_user, p.tokens_per_s_per_gpu) for p in points])
     return [replace(p, on_front=f) for p, f in zip(points, front)]
 
@@ -78,8 +78,8 @@ def _point(arch, hw: Hardware, trial: Deployment, workload: Workload, seqs: int)
 
 
 def run_pareto(arch, hw: Hardware, base: Deployment, workload: Workload, path: str | Path, *, model: str,
-               search_layouts: bool) -> dict:
-    """Sweep (with a progress bar), write the PNG at ``path`` and the points as JSON
+               search_layouts: bool, jobs: int = 1) -> dict:
+    """Sweep (with a progress bar; ``jobs`` processes), write the PNG at ``path`` and the points as JSON
     next to it, and return that JSON document."""
     from tqdm import tqdm
 
@@ -97,7 +97,7 @@ def run_pareto(arch, hw: Hardware, base: Deployment, workload: Workload, path: s
         parallels = [base.parallel]
     total = sum(len(batch_sizes(p, workload)) for p in parallels)
     with tqdm(total=total, desc="Simulating Pareto points", unit="point", leave=False) as bar:
-        points = sweep(arch, hw, base, workload, parallels, progress=bar.update)
+        points = sweep(arch, hw, base, workload, parallels, progress=bar.update, jobs=jobs)
     if not points:
         raise ValueError(f"--num-gpus: no layout of {base.num_gpus} x {hw.name} holds the model's weights")
     doc = {"model": model, "hardware": hw.name, "num_gpus": base.num_gpus, "precision": base.precision,

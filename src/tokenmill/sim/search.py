@@ -37,6 +37,12 @@ of long outputs, so it can pass the bound (DeepSeek-R1 on its dataset, 8 x
 B200, one batch limit: 8,038 tokens/s per GPU Server, 5,859 Offline), hence
 the scaling, which assumes the ratio differs by less than the
 margin between candidates of one workload.
+
+With ``jobs`` > 1 the candidates run in that many processes (sim/jobs.py) and the
+answer is the same as with one: the Offline bounds all at once, then the peak
+searches in the order above, each skip decided on the results before it as in one
+process, while the next candidates the best so far does not skip run ahead (one the
+rule then skips is discarded).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from dataclasses import dataclass, replace
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.jobs import run_all, worker_pool
 from tokenmill.sim.models import model_shape
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
 
@@ -111,7 +118,8 @@ def pool_splits(replicas: int) -> list[PoolSplit | None]:
 
 def search(arch, hw: Hardware, base: Deployment, workload: Workload,
            progress: Callable[[int], None] | None = None, splits: bool = False,
-           pruned: list[Candidate] | None = None, seq_choices: tuple[int, ...] = SEQ_CHOICES) -> list[Candidate]:
+           pruned: list[Candidate] | None = None, seq_choices: tuple[int, ...] = SEQ_CHOICES,
+           jobs: int = 1) -> list[Candidate]:
     """Every candidate simulated, best first. ``base`` gives the GPU count,
     precision, token budget and MTP settings; ``splits`` also tries the
     disaggregated splits; ``seq_choices`` are the batch limits tried (per device
@@ -119,28 +127,54 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
     of ``progress_steps`` at a time (a peak search: each candidate's bound, then
     its peak search or its skip). Candidates skipped by the Offline bound (Server
     and Interactive peak searches) are appended to ``pruned`` when given, with
-    their Offline figures."""
+    their Offline figures. ``jobs``: processes (module docstring; the same answer)."""
     peak_search = is_peak_search(workload)
     runs = list(_candidates(arch, hw, base, progress, splits, seq_choices, 2 if peak_search else 1))
     if not peak_search:
-        return sorted(_evaluate(arch, hw, runs, workload, progress), key=lambda c: -c.score)
+        return sorted(_evaluate(arch, hw, runs, workload, progress, jobs), key=lambda c: -c.score)
     offline = replace(workload, scenario="offline", duration_s=None)  # a bound and an order: one short run each
-    bounds = sorted(_evaluate(arch, hw, runs, offline, progress), key=lambda c: -c.score)
+    bounds = sorted(_evaluate(arch, hw, runs, offline, progress, jobs), key=lambda c: -c.score)
     found: list[Candidate] = []
     ratio = 1.0  # the best candidate's Server figure over its own bound
-    for bound in bounds:
-        if found and bound.score * ratio * BOUND_MARGIN < found[0].score:
-            if pruned is not None:
-                pruned.append(bound)
-        else:
-            (c,) = _evaluate(arch, hw, [(bound, candidate_deployment(base, bound))], workload)
-            if not found or c.score > found[0].score:
-                ratio = max(1.0, c.score / bound.score) if bound.score else 1.0
-            found.append(c)
-            found.sort(key=lambda c: -c.score)
-        if progress:
-            progress(1)
+
+    def skipped(bound: Candidate) -> bool:
+        return bool(found) and bound.score * ratio * BOUND_MARGIN < found[0].score
+
+    with worker_pool(jobs) as pool:
+        ahead: dict[int, object] = {}  # bounds' index -> its peak search's Future, submitted ahead
+        for i, bound in enumerate(bounds):
+            if skipped(bound):
+                if i in ahead:
+                    ahead.pop(i).cancel()  # ran ahead of the rule: discarded
+                if pruned is not None:
+                    pruned.append(bound)
+            else:
+                if pool is None:
+                    figures = predict(arch, hw, candidate_deployment(base, bound), workload)
+                else:
+                    _run_ahead(pool, jobs, ahead, i, bounds, skipped,
+                               lambda b: pool.submit(predict, arch, hw, candidate_deployment(base, b), workload))
+                    figures = ahead.pop(i).result()
+                c = replace(bound, figures=figures)
+                if not found or c.score > found[0].score:
+                    ratio = max(1.0, c.score / bound.score) if bound.score else 1.0
+                found.append(c)
+                found.sort(key=lambda c: -c.score)
+            if progress:
+                progress(1)
     return found
+
+
+def _run_ahead(pool, jobs: int, ahead: dict, i: int, bounds: list[Candidate], skipped, submit) -> None:
+    """Submit bounds[i]'s peak search if it is not running, then the next candidates that the
+    rule does not skip on what is known now, until ``jobs`` searches are in flight."""
+    if i not in ahead:
+        ahead[i] = submit(bounds[i])
+    j = i + 1
+    while j < len(bounds) and sum(not f.done() for f in ahead.values()) < jobs:
+        if j not in ahead and not skipped(bounds[j]):
+            ahead[j] = submit(bounds[j])
+        j += 1
 
 
 def candidate_deployment(base: Deployment, c: Candidate) -> Deployment:
@@ -168,13 +202,11 @@ def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool, se
                 yield c, candidate_deployment(trial, c)
 
 
-def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None) -> list[Candidate]:
-    out = []
-    for c, deployment in runs:
-        out.append(replace(c, figures=predict(arch, hw, deployment, workload)))
-        if progress:
-            progress(1)
-    return out
+def _evaluate(arch, hw: Hardware, runs, workload: Workload, progress=None, jobs: int = 1) -> list[Candidate]:
+    """Each (candidate, deployment) of ``runs`` with its figures, in order (``jobs`` processes)."""
+    figures = run_all(predict, [(arch, hw, d, workload) for _, d in runs], jobs,
+                      on_done=(lambda i, f: progress(1)) if progress else None)
+    return [replace(c, figures=f) for (c, _), f in zip(runs, figures)]
 
 
 def num_candidates(arch, hw: Hardware, num_gpus: int, splits: bool = False,

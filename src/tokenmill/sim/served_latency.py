@@ -45,8 +45,6 @@ scheduler (sim/published_harness.py).
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +52,7 @@ import numpy as np
 from tokenmill.sim.cost import Parallel, step_cost, step_time
 from tokenmill.sim.hardware import Hardware, get_hardware
 from tokenmill.sim.host_rates import host_seq_seconds
+from tokenmill.sim.jobs import run_all
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.mlperf_lengths import dataset_means, length_draws
 from tokenmill.sim.models import get_model
@@ -389,13 +388,7 @@ def _fill_budget(waiting: list[list[int]], budget: int) -> tuple[PrefillChunk, .
 
 def check_runs(runs: tuple[ServedRun, ...] = RUNS, jobs: int = 1, progress=None) -> list[LatencyCheck]:
     """``check_run`` over ``runs`` (``jobs`` processes), in their order; ``progress(1)`` after each."""
-    with ProcessPoolExecutor(jobs) if jobs > 1 else nullcontext() as pool:
-        out = []
-        for check in (pool.map if pool else map)(check_run, runs):
-            out.append(check)
-            if progress:
-                progress(1)
-        return out
+    return run_all(check_run, [(r,) for r in runs], jobs, on_done=(lambda i, c: progress(1)) if progress else None)
 
 
 def latency_table(checks: list[LatencyCheck]) -> str:

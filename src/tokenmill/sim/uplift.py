@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.jobs import run_all
 from tokenmill.sim.predict import Deployment, Workload, predict
 
 
@@ -102,8 +103,9 @@ def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None,
 
 
 def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None,
-           baseline_kernels: str | None = None, baseline_eager: bool = False) -> list[Variant]:
-    """Baseline, each technique alone, the full stack (when more than one technique)."""
+           baseline_kernels: str | None = None, baseline_eager: bool = False, jobs: int = 1) -> list[Variant]:
+    """Baseline, each technique alone, the full stack (when more than one technique);
+    ``jobs``: processes (sim/jobs.py)."""
     used = techniques(full, workload, baseline_kernels, baseline_eager)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
@@ -116,15 +118,15 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
     variants += [(f"+ {technique_label(t, full)}", _switch(*base, t, full, workload)) for t in used]
     if len(used) > 1:
         variants.append(("full stack", (full, workload)))
-    out = []
-    for name, (d, w) in variants:
-        try:
-            out.append(Variant(name, predict(arch, hw, d, w)))
-        except ValueError as e:
-            out.append(Variant(name, None, str(e)))
-        if progress:
-            progress(1)
-    return out
+    return run_all(_variant, [(arch, hw, name, d, w) for name, (d, w) in variants], jobs,
+                   on_done=(lambda i, v: progress(1)) if progress else None)
+
+
+def _variant(arch, hw: Hardware, name: str, d: Deployment, w: Workload) -> Variant:
+    try:
+        return Variant(name, predict(arch, hw, d, w))
+    except ValueError as e:
+        return Variant(name, None, str(e))
 
 
 def _meets_no_rate(f: dict) -> bool:

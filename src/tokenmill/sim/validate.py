@@ -52,12 +52,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from functools import partial
 
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import Hardware, get_hardware
+from tokenmill.sim.jobs import check_jobs, run_all
 from tokenmill.sim.mlperf_lengths import DATASET_DISTRIBUTIONS, dataset_means
 from tokenmill.sim.models import SIM_MODELS, get_model
 from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
@@ -296,8 +297,7 @@ def validate(num_requests: int = 1000, rows: tuple[PublishedResult, ...] = RESUL
     """Every row checked, in ``rows``' order; ``jobs`` > 1 spreads the rows over that
     many processes (``hardware_for`` must then be picklable: a module-level function);
     ``on_row(i, checked)`` is called as each row finishes (rows[i]), in finishing order."""
-    if jobs < 1:
-        raise ValueError(f"--jobs: must be >= 1, got {jobs}")
+    check_jobs(jobs)
     # Rows that differ only in their published figure (v5.1 and v6.0 results of one deployment)
     # are one simulation: run each deployment once, then hand its result to every such row.
     same: dict[PublishedResult, list[int]] = {}
@@ -313,14 +313,9 @@ def validate(num_requests: int = 1000, rows: tuple[PublishedResult, ...] = RESUL
             if progress:
                 progress(1)
 
-    if jobs == 1:
-        for key in same:
-            finished(key, check_row(key, num_requests, hardware_for=hardware_for))
-    else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(check_row, key, num_requests, hardware_for=hardware_for): key for key in same}
-            for future in as_completed(futures):
-                finished(futures[future], future.result())
+    keys = list(same)
+    run_all(partial(check_row, num_requests=num_requests, hardware_for=hardware_for), [(key,) for key in keys], jobs,
+            on_done=lambda i, checked: finished(keys[i], checked))
     return [done[i] for i in range(len(rows))]
 
 

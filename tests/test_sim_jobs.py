@@ -1,0 +1,101 @@
+"""`tokenmill sim --jobs N`: simulations spread over processes give the answers one process gives
+(sim/jobs.py; the search's run-ahead in sim/search.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tokenmill.sim.search as search_module
+from tokenmill.cli import main
+from tokenmill.sim.cost import Parallel
+from tokenmill.sim.hardware import get_hardware
+from tokenmill.sim.jobs import check_jobs, run_all
+from tokenmill.sim.models import get_model
+from tokenmill.sim.predict import Deployment, Workload
+from tokenmill.sim.search import search
+
+
+def test_run_all_keeps_the_order_and_reports_each_call_once():
+    seen: dict[int, int] = {}
+    calls = [(2, k) for k in range(9)]
+    for jobs in (1, 3):
+        seen.clear()
+        assert run_all(pow, calls, jobs, on_done=seen.__setitem__) == [2 ** k for k in range(9)]
+        assert seen == {k: 2 ** k for k in range(9)}
+
+
+def test_a_failing_call_in_a_worker_is_raised():
+    with pytest.raises(ValueError, match="invalid literal"):
+        run_all(int, [("1",), ("x",)], jobs=2)
+
+
+def test_jobs_must_be_positive(capsys):
+    with pytest.raises(ValueError, match="--jobs: must be >= 1, got 0"):
+        check_jobs(0)
+    assert main(["sim", "--model", "llama3.1-8b", "--num-gpus", "2", "--search", "--jobs", "0"]) == 2
+    assert "--jobs: must be >= 1" in capsys.readouterr().err
+
+
+def _bounds_then_peaks(arch, hw, d, w):
+    """A stand-in for predict with a known order: Offline bounds 10 x max_num_seqs, peak searches
+    9 x it, so the largest batch's peak search skips the others (its 9 x 128 beats 1.25 x 10 x 64)."""
+    per_seq = 10.0 if w.scenario == "offline" else 9.0
+    return {"tokens_per_s_per_gpu": per_seq * d.max_num_seqs, "qps": 1.0}
+
+
+def test_a_search_run_ahead_is_discarded_when_the_rule_skips_it(monkeypatch):
+    # Forked workers see the stand-in: the pool is made after the patch.
+    monkeypatch.setattr(search_module, "predict", _bounds_then_peaks)
+    submitted: list[int] = []
+    real_run_ahead = search_module._run_ahead
+
+    def spy(pool, jobs, ahead, i, bounds, skipped, submit):
+        return real_run_ahead(pool, jobs, ahead, i, bounds, skipped,
+                              lambda b: submitted.append(b.max_num_seqs) or submit(b))
+
+    monkeypatch.setattr(search_module, "_run_ahead", spy)
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    w = Workload("server", 128, 16, num_requests=16)
+    answers = {}
+    for jobs in (1, 2):
+        pruned: list = []
+        found = search(arch, hw, Deployment(1, Parallel(), "fp8"), w, pruned=pruned, seq_choices=(32, 64, 128),
+                       jobs=jobs)
+        answers[jobs] = ([(c.max_num_seqs, c.figures) for c in found], [c.max_num_seqs for c in pruned])
+    assert answers[1] == answers[2] == ([(128, {"tokens_per_s_per_gpu": 1152.0, "qps": 1.0})], [64, 32])
+    assert submitted == [128, 64]  # 64 ran ahead beside 128, then the rule skipped it
+
+
+def test_a_real_peak_search_in_two_processes_gives_the_same_candidates_and_skips():
+    arch, hw = get_model("deepseek-r1"), get_hardware("gb300")
+    base = Deployment(8, Parallel(), "fp4", max_num_seqs=64)
+    w = Workload("server", 1024, 128, num_requests=100)
+    answers = []
+    for jobs in (1, 2):
+        pruned: list = []
+        found = search(arch, hw, base, w, pruned=pruned, seq_choices=(32, 64), jobs=jobs)
+        answers.append(([(c.parallel, c.max_num_seqs, c.figures) for c in found],
+                        [(c.parallel, c.max_num_seqs) for c in pruned]))
+    assert answers[0][1], "the Offline bound skipped nothing: the case no longer checks the skips"
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("flags", [
+    ("--num-gpus", "2", "--pareto", "PNG"),
+    ("--max-num-seqs", "16", "--disagg", "1:1", "--uplift"),
+    ("--num-gpus", "2", "--search"),
+])
+def test_the_cli_prints_the_same_answer_for_any_jobs(flags, tmp_path, capsys):
+    outs = []
+    for jobs in ("1", "2"):
+        png = tmp_path / f"front-{jobs}.png"
+        argv = ["sim", "--model", "llama3.1-8b", "--hardware", "h100", "--isl", "256", "--osl", "32",
+                "--num-requests", "16", *(str(png) if f == "PNG" else f for f in flags), "--json", "--jobs", jobs]
+        assert main(argv) == 0
+        doc = json.loads(capsys.readouterr().out)
+        if isinstance(doc, dict):
+            doc.pop("png", None), doc.pop("json", None)  # the paths differ by name only
+        outs.append(doc)
+    assert outs[0] == outs[1]
