@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 import tokenmill.sim.search as search_module
@@ -13,8 +15,11 @@ from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.jobs import check_jobs, run_all
 from tokenmill.sim.models import get_model
-from tokenmill.sim.predict import Deployment, Workload
+from tokenmill.sim.peak_qps import find_peak_qps
+from tokenmill.sim.predict import Deployment, Workload, predict
+from tokenmill.sim.scenarios import server_requests
 from tokenmill.sim.search import search
+from tokenmill.sim.serving import SimConfig, simulate
 
 
 def test_run_all_keeps_the_order_and_reports_each_call_once():
@@ -83,6 +88,7 @@ def test_a_real_peak_search_in_two_processes_gives_the_same_candidates_and_skips
 
 
 @pytest.mark.parametrize("flags", [
+    ("--num-gpus", "2", "--scenario", "server"),
     ("--num-gpus", "2", "--pareto", "PNG"),
     ("--max-num-seqs", "16", "--disagg", "1:1", "--uplift"),
     ("--num-gpus", "2", "--search"),
@@ -99,3 +105,45 @@ def test_the_cli_prints_the_same_answer_for_any_jobs(flags, tmp_path, capsys):
             doc.pop("png", None), doc.pop("json", None)  # the paths differ by name only
         outs.append(doc)
     assert outs[0] == outs[1]
+
+
+def _step(shape) -> float:
+    return 0.010 + 0.0001 * shape.num_tokens
+
+
+def _arrivals(qps: float):
+    return server_requests(qps, 64, 24, num_requests=300, seed=3)
+
+
+@pytest.mark.parametrize("jobs", [2, 3, 7])
+def test_the_peak_search_run_ahead_gives_the_runs_and_reports_of_one_process(jobs):
+    config, limits = SimConfig(16, 4096, 10_000), (0.3, 0.05)
+
+    def search_with(submit=None, jobs=1):
+        told: list = []
+        qps, result = find_peak_qps(_arrivals, _step, config, limits, start_qps=5.0, on_run=lambda q, ok:
+                                    told.append((q, ok)), submit=submit, jobs=jobs)
+        return qps, result, told
+
+    qps, result, told = search_with()
+    submitted: list[float] = []
+    with ThreadPoolExecutor(jobs) as pool:
+        def submit(q: float):
+            submitted.append(q)
+            return pool.submit(lambda: simulate(_arrivals(q), _step, config))
+
+        qps_ahead, result_ahead, told_ahead = search_with(submit, jobs)
+    assert 0 < qps == qps_ahead and told_ahead == told and len(told) > 4
+    assert np.array_equal(result.finish_s, result_ahead.finish_s)
+    # Every run the rule used was submitted once, and runs on branches not taken were started too.
+    assert len(set(submitted)) == len(submitted) and {q for q, _ in told} < set(submitted)
+
+
+def test_predict_with_jobs_gives_the_figures_and_the_reports_of_one_process():
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    d, w = Deployment(2, Parallel(), "fp8", max_num_seqs=32), Workload("server", 512, 64, num_requests=120, ttft_ms=20)
+    runs = {}
+    for jobs in (1, 2):
+        told: list = []
+        runs[jobs] = predict(arch, hw, d, w, on_peak_run=lambda q, ok: told.append((q, ok)), jobs=jobs), told
+    assert runs[1] == runs[2] and len(runs[1][1]) > 3 and runs[1][0]["qps"] > 0

@@ -12,7 +12,8 @@ from tokenmill.engine.kv_cache_manager import KVCacheManager
 from tokenmill.engine.request import Request
 from tokenmill.engine.scheduler import Scheduler
 from tokenmill.sampling_params import SamplingParams
-from tokenmill.sim.scenarios import find_peak_qps, offline, server, server_requests, single_stream
+from tokenmill.sim.peak_qps import find_peak_qps
+from tokenmill.sim.scenarios import offline, server, server_requests, single_stream
 from tokenmill.sim.serving import SimConfig, SimRequest, simulate
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 

@@ -29,7 +29,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     from tokenmill.sim.auto import choose_layout, fewest_gpus, needs_layout_choice
     from tokenmill.sim.models import get_model
-    from tokenmill.sim.predict import predict
+    from tokenmill.sim.predict import is_peak_search, predict
     from tokenmill.sim.scenario_run import peak_search_bar
 
     model = args.model or "llama3.1-8b"
@@ -71,9 +71,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     elif choose:
         figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)[1]
     else:
-        searching = workload.scenario in ("server", "interactive") and workload.target_qps is None
-        with peak_search_bar(searching) as on_run:
-            figures = predict(arch, hw, deployment, workload, on_peak_run=on_run)
+        with peak_search_bar(is_peak_search(workload)) as on_run:
+            figures = predict(arch, hw, deployment, workload, on_peak_run=on_run, jobs=args.jobs)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
 

@@ -41,9 +41,10 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     _add_scheduling_args(workload)
     _add_calibrate_args(parser.add_argument_group("calibrate"))
     parser.add_argument("--jobs", type=int, default=1,
-                        help="simulations run at once, one process each (default 1): --search's and the layout "
-                             "choice's candidates, --uplift's variants, --pareto's points, validate's rows and runs; "
-                             "the answers are the same for any N (a single deployment's run is one process)")
+                        help="simulations run at once, one process each (default 1): a Server/Interactive peak-QPS "
+                             "search's runs (run ahead on both outcomes of the run in flight), --search's and the "
+                             "layout choice's candidates, --uplift's variants, --pareto's points, validate's rows "
+                             "and runs; the answers are the same for any N")
     v = parser.add_argument_group("validate")
     v.add_argument("--out", default=None, metavar="PATH",
                    help="also write the Markdown table of the rows finished so far to PATH after every row "

@@ -22,7 +22,9 @@ and QPS are the whole deployment's.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 
 from tokenmill.sim.adp_balance import AdpBalance
 from tokenmill.sim.cost import (
@@ -33,16 +35,23 @@ from tokenmill.sim.cost import (
     step_time,
 )
 from tokenmill.sim.cuda_graphs import without_cuda_graphs
-from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg, split_figures, transfer_time
+from tokenmill.sim.disagg import (
+    Pool,
+    PoolSplit,
+    simulate_disagg,
+    split_figures,
+    transfer_time,
+)
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.host_path import HostPath
+from tokenmill.sim.jobs import worker_pool
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.models import model_shape
 from tokenmill.sim.mtp_module import draft_seconds
 from tokenmill.sim.pipeline import cycle_seconds, flow_shops, stage_shape
 from tokenmill.sim.routed import simulate_routed
-from tokenmill.sim.scenario_run import PeakRunReport, run_scenario
+from tokenmill.sim.scenario_run import PeakRunReport, run_scenario, server_arrivals
 from tokenmill.sim.serving import SimConfig, SimRequest, StepTime, simulate
 from tokenmill.sim.shapes import StepShape
 from tokenmill.sim.sim_result import SimResult
@@ -296,9 +305,54 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
     return kv_blocks(arch, hw, d, d.parallel)
 
 
-def predict(arch, hw: Hardware, d: Deployment, w: Workload, on_peak_run: PeakRunReport | None = None) -> dict:
+def predict(arch, hw: Hardware, d: Deployment, w: Workload, on_peak_run: PeakRunReport | None = None,
+            jobs: int = 1) -> dict:
     """The figures of one run: throughput, latency percentiles, cost, and the deployment.
-    ``on_peak_run``: told each run of a Server peak-QPS search (sim/scenario_run.py)."""
+    ``on_peak_run``: told each run of a Server peak-QPS search (sim/scenario_run.py); ``jobs``:
+    processes for that search's runs (sim/peak_qps.py; the same figures for any number)."""
+    r = _runner(arch, hw, d, w)
+    if d.disagg and w.scenario == "singlestream" and w.requests is None:
+        raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
+    if w.requests is not None:
+        result, qps = r.run(list(w.requests if d.disagg else w.requests[::d.engines // r.group])), None  # one share
+    else:
+        with worker_pool(jobs if is_peak_search(w) else 1) as pool:
+            submit = None if pool is None else partial(pool.submit, peak_search_run, arch, hw, d, w)
+            result, qps = run_scenario(w, r.run, r.seconds, r.config, r.num_requests, r.share, on_peak_run,
+                                       submit, jobs)
+    figures = _figures(result, r.hw, d, w, r.blocks, qps, r.share, r.decode_blocks)
+    figures["config"]["routed_group"] = r.group if r.group > 1 else None
+    figures["config"]["router"] = d.router if r.group > 1 else None
+    return figures
+
+
+def peak_search_run(arch, hw: Hardware, d: Deployment, w: Workload, qps: float) -> SimResult:
+    """The peak search's run at one share's ``qps``, as ``predict`` runs it (a worker process's task)."""
+    r = _runner(arch, hw, d, w)
+    return r.run(server_arrivals(w, qps, r.num_requests, r.share))
+
+
+def is_peak_search(w: Workload) -> bool:
+    """Server or Interactive at no given QPS and on no given requests: the peak QPS is searched."""
+    return w.scenario in ("server", "interactive") and w.target_qps is None and w.requests is None
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """What one deployment's runs share: ``run(requests)`` simulates one share of the load
+    (``share`` of them make the deployment's) on ``num_requests`` requests a run."""
+    run: Callable[[list[SimRequest]], SimResult]
+    seconds: StepTime
+    config: SimConfig
+    hw: Hardware
+    blocks: int
+    decode_blocks: int | None
+    group: int
+    share: float
+    num_requests: int
+
+
+def _runner(arch, hw: Hardware, d: Deployment, w: Workload) -> _Runner:
     blocks = check_deployment(arch, hw, d)
     if not d.cuda_graphs:
         hw = without_cuda_graphs(hw, arch.num_layers, d.eager_layer_s)
@@ -340,16 +394,7 @@ def predict(arch, hw: Hardware, d: Deployment, w: Workload, on_peak_run: PeakRun
     else:
         def run(requests):
             return simulate(requests, seconds, config)
-    if d.disagg and w.scenario == "singlestream" and w.requests is None:
-        raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
-    if w.requests is not None:
-        result, qps = run(list(w.requests if d.disagg else w.requests[::d.engines // group])), None  # one share
-    else:
-        result, qps = run_scenario(w, run, seconds, config, num_requests, share, on_peak_run)
-    figures = _figures(result, hw, d, w, blocks, qps, share, decode_blocks)
-    figures["config"]["routed_group"] = group if group > 1 else None
-    figures["config"]["router"] = d.router if group > 1 else None
-    return figures
+    return _Runner(run, seconds, config, hw, blocks, decode_blocks, group, share, num_requests)
 
 
 def _step_seconds(arch, hw: Hardware, d: Deployment, parallel: Parallel) -> StepTime:

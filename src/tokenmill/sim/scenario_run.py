@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from tokenmill.sim.peak_qps import find_peak_qps
 from tokenmill.sim.scenarios import (
     MLPERF_SERVER_MIN_QUERIES,
     OFFLINE_SLACK,
-    find_peak_qps,
     limits_s,
     offline_requests,
     server_requests,
@@ -37,17 +38,20 @@ PeakRunReport = Callable[[float, bool], None]
 
 
 def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_requests: int, share: float,
-                 on_peak_run: PeakRunReport | None = None) -> tuple[SimResult, float | None]:
+                 on_peak_run: PeakRunReport | None = None, submit: Callable[[float], Future] | None = None,
+                 jobs: int = 1) -> tuple[SimResult, float | None]:
     """The run of ``w``'s scenario on one share of the load (``run``: one replica, a
     routed group, or the disaggregated pools) and its QPS per share (None unless Server).
-    ``on_peak_run`` is told each run of a peak-QPS search, its QPS over the whole deployment."""
+    ``on_peak_run`` is told each run of a peak-QPS search, its QPS over the whole deployment;
+    ``submit(qps)`` starts that search's run at a share's ``qps`` in another process, up to
+    ``jobs`` at once (sim/peak_qps.py; the same runs as ``run`` of ``server_arrivals``)."""
     isl, osl = w.lengths()
 
     def offline_run(n: int) -> SimResult:
         return run(offline_requests(n, isl, osl, cached_tokens=w.cached_tokens))
 
-    least = math.ceil((w.min_queries or 0) / share) if w.duration_s is not None else 0
     if w.scenario == "offline":
+        least = math.ceil((w.min_queries or 0) / share) if w.duration_s is not None else 0
         n = max(num_requests, least)
         result = offline_run(n)
         # LoadGen issues 1.1 x the expected rate x min_duration samples; a run's rate grows with its
@@ -63,12 +67,7 @@ def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_req
         return single_stream(min(w.num_requests, 64), isl, osl, seconds, config), None
 
     def arrivals(q: float) -> list[SimRequest]:
-        if w.duration_s is None:
-            drawn = server_requests(q, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
-        else:
-            drawn = server_requests(q, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
-                                    min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
-        return with_sample_repeats(drawn, w.num_samples) if w.num_samples else drawn
+        return server_arrivals(w, q, num_requests, share)
 
     if w.target_qps is not None:
         qps = w.target_qps / share
@@ -84,8 +83,22 @@ def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_req
     start = w.qps_hint / share if hinted else offline_run(num_requests).requests_per_s
     report = None if on_peak_run is None else lambda q, ok: on_peak_run(q * share, ok)
     qps, result = find_peak_qps(arrivals, seconds, config, limits, run=run, max_qps=math.inf if timed else start,
-                                start_qps=start, step=HINTED_STEP if hinted else 2.0, on_run=report)
+                                start_qps=start, step=HINTED_STEP if hinted else 2.0, on_run=report,
+                                submit=submit, jobs=jobs)
     return result, qps
+
+
+def server_arrivals(w: Workload, qps: float, num_requests: int, share: float) -> list[SimRequest]:
+    """One share's Server (or Interactive) arrivals at ``qps`` (per share): ``num_requests`` of them,
+    or, for a timed run, ``w.duration_s`` of them and at least the share of LoadGen's minimum count."""
+    isl, osl = w.lengths()
+    if w.duration_s is None:
+        drawn = server_requests(qps, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
+    else:
+        least = math.ceil((w.min_queries or 0) / share)
+        drawn = server_requests(qps, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
+                                min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
+    return with_sample_repeats(drawn, w.num_samples) if w.num_samples else drawn
 
 
 @contextmanager

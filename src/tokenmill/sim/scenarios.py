@@ -1,6 +1,6 @@
-"""MLPerf scenarios over the serving simulation (serving.py): request streams,
-one run per scenario, and the search for the highest Server QPS that meets
-the latency limits (Interactive is Server with the tighter limits).
+"""MLPerf scenarios over the serving simulation (serving.py): request streams
+and one run per scenario (the search for the highest Server QPS that meets the
+latency limits, Interactive being Server with the tighter limits: sim/peak_qps.py).
 
 Randomness uses common random numbers: the i-th request's lengths and its
 unit-rate arrival time depend on the seed alone, and a Server stream at QPS q
@@ -136,62 +136,3 @@ def single_stream(num_requests: int, isl: Lengths, osl: Lengths, step_time: Step
     arrival = np.empty_like(issued)
     arrival[order] = issued
     return dataclasses.replace(result, arrival_s=arrival)
-
-
-def find_peak_qps(make_requests: Callable[[float], list[SimRequest]], step_time: StepTime, config: SimConfig,
-                  limits: tuple[float, float], start_qps: float = 1.0, rel_tol: float = 0.02,
-                  max_runs: int = 40, run: Callable[[list[SimRequest]], SimResult] | None = None,
-                  max_qps: float = math.inf, step: float = 2.0,
-                  on_run: Callable[[float, bool], None] | None = None) -> tuple[float, SimResult]:
-    """Highest QPS whose run meets ``limits`` = (ttft_p99_s, tpot_p99_s):
-    multiply or divide by ``step`` from ``start_qps`` until one QPS passes and
-    another fails, then bisect (geometrically) until they are within ``rel_tol``
-    (a smaller ``step`` saves runs when ``start_qps`` is a close guess).
-
-    Assumes meeting the limits is monotone in QPS: true in expectation, and
-    close to true run by run when ``make_requests`` uses one seed for every
-    QPS (server_requests does: common random numbers). Returns the best
-    passing QPS and its run; (0.0, the run at the lowest QPS tried) when none
-    passed within ``max_runs``; the highest QPS tried if none failed. ``run``
-    replaces ``simulate(requests, step_time, config)`` (e.g. disaggregated
-    pools, sim/disagg.py). ``max_qps`` caps the search: a finite request set
-    offered faster than the system completes requests arrives as one burst,
-    which can meet the limits without the rate being sustainable (pass the
-    Offline requests/s of the same requests). ``on_run(qps, met)`` is told after each run."""
-    if start_qps <= 0 or rel_tol <= 0 or step <= 1:
-        raise ValueError("find_peak_qps: start_qps and rel_tol must be positive, step above 1")
-    runs = 0
-
-    def attempt(qps: float) -> tuple[bool, SimResult]:
-        nonlocal runs
-        runs += 1
-        requests = make_requests(qps)
-        result = run(requests) if run else simulate(requests, step_time, config)
-        ok = result.meets(*limits)
-        if on_run is not None:
-            on_run(qps, ok)
-        return ok, result
-
-    best: tuple[float, SimResult] | None = None  # highest passing
-    fail: tuple[float, SimResult] | None = None  # lowest failing
-    qps = min(start_qps, max_qps)
-    while runs < max_runs and (best is None or fail is None):  # bracket
-        ok, result = attempt(qps)
-        if ok:
-            best = (qps, result)
-            if qps >= max_qps:
-                return best
-            qps = min(qps * step, max_qps)
-        else:
-            fail = (qps, result)
-            qps /= step
-    while best is not None and fail is not None and runs < max_runs and fail[0] / best[0] - 1 > rel_tol:
-        mid = math.sqrt(best[0] * fail[0])
-        ok, result = attempt(mid)
-        if ok:
-            best = (mid, result)
-        else:
-            fail = (mid, result)
-    if best is None:
-        return 0.0, fail[1]
-    return best

@@ -55,7 +55,7 @@ from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import Hardware
 from tokenmill.sim.jobs import run_all, worker_pool
 from tokenmill.sim.models import model_shape
-from tokenmill.sim.predict import Deployment, Workload, check_deployment, predict
+from tokenmill.sim.predict import Deployment, Workload, check_deployment, is_peak_search, predict
 
 REPLICA_SIZES = (1, 2, 4, 8, 16, 32, 64, 72)
 SEQ_CHOICES = (32, 64, 128, 256, 512, 1024)
@@ -225,10 +225,6 @@ def searched_figures(found: list[Candidate], pruned: list[Candidate]) -> dict:
          "disagg": f"{c.disagg.prefill_replicas}:{c.disagg.decode_replicas}" if c.disagg else None}
         for c in found[:10]]}
 
-
-def is_peak_search(workload: Workload) -> bool:
-    """Server or Interactive at no given QPS: each candidate's peak QPS is searched."""
-    return workload.scenario in ("server", "interactive") and workload.target_qps is None
 
 
 def progress_steps(arch, hw: Hardware, num_gpus: int, workload: Workload, splits: bool = False,
