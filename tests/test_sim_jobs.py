@@ -43,11 +43,15 @@ def test_jobs_must_be_positive(capsys):
     assert "--jobs: must be >= 1" in capsys.readouterr().err
 
 
-def _bounds_then_peaks(arch, hw, d, w):
-    """A stand-in for predict with a known order: Offline bounds 10 x max_num_seqs, peak searches
-    9 x it, so the largest batch's peak search skips the others (its 9 x 128 beats 1.25 x 10 x 64)."""
-    per_seq = 10.0 if w.scenario == "offline" else 9.0
-    return {"tokens_per_s_per_gpu": per_seq * d.max_num_seqs, "qps": 1.0}
+SERVER_SCORES = {128: 300.0, 64: 600.0, 32: 280.0}
+
+
+def _bounds_then_peaks(arch, hw, d, w, jobs=1):
+    """A stand-in for predict with a known order: Offline bounds 10 x max_num_seqs (128 first), peak
+    searches ``SERVER_SCORES``. After 128's 300, the rule (skip a bound x 1.25 below the best) still
+    runs 64 and 32; after 64's 600 it skips 32 (1.25 x 320 = 400)."""
+    score = 10.0 * d.max_num_seqs if w.scenario == "offline" else SERVER_SCORES[d.max_num_seqs]
+    return {"tokens_per_s_per_gpu": score, "qps": 1.0}
 
 
 def test_a_search_run_ahead_is_discarded_when_the_rule_skips_it(monkeypatch):
@@ -68,9 +72,10 @@ def test_a_search_run_ahead_is_discarded_when_the_rule_skips_it(monkeypatch):
         pruned: list = []
         found = search(arch, hw, Deployment(1, Parallel(), "fp8"), w, pruned=pruned, seq_choices=(32, 64, 128),
                        jobs=jobs)
-        answers[jobs] = ([(c.max_num_seqs, c.figures) for c in found], [c.max_num_seqs for c in pruned])
-    assert answers[1] == answers[2] == ([(128, {"tokens_per_s_per_gpu": 1152.0, "qps": 1.0})], [64, 32])
-    assert submitted == [128, 64]  # 64 ran ahead beside 128, then the rule skipped it
+        answers[jobs] = ([(c.max_num_seqs, c.score) for c in found], [c.max_num_seqs for c in pruned])
+    assert answers[1] == answers[2] == ([(64, 600.0), (128, 300.0)], [32])
+    # The first search (128) ran here with its own runs spread; 32 ran ahead beside 64, then was skipped.
+    assert submitted == [64, 32]
 
 
 def test_a_real_peak_search_in_two_processes_gives_the_same_candidates_and_skips():

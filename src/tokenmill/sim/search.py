@@ -41,8 +41,10 @@ margin between candidates of one workload.
 With ``jobs`` > 1 the candidates run in that many processes (sim/jobs.py) and the
 answer is the same as with one: the Offline bounds all at once, then the peak
 searches in the order above, each skip decided on the results before it as in one
-process, while the next candidates the best so far does not skip run ahead (one the
-rule then skips is discarded).
+process. The first peak search spreads its own runs (sim/peak_qps.py: often it is the
+only one, as when the layout is chosen at one batch limit); after it, the next
+candidates the best so far does not skip run ahead (one the rule then skips is
+discarded).
 """
 
 from __future__ import annotations
@@ -149,8 +151,10 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
                 if pruned is not None:
                     pruned.append(bound)
             else:
-                if pool is None:
-                    figures = predict(arch, hw, candidate_deployment(base, bound), workload)
+                if pool is None or not found:
+                    # The first search (the best bound) is always needed and decides what the others skip:
+                    # its own runs are spread over the processes (sim/peak_qps.py) before candidates are.
+                    figures = predict(arch, hw, candidate_deployment(base, bound), workload, jobs=jobs)
                 else:
                     _run_ahead(pool, jobs, ahead, i, bounds, skipped,
                                lambda b: pool.submit(predict, arch, hw, candidate_deployment(base, b), workload))
