@@ -47,14 +47,21 @@ SERVER_SCORES = {128: 300.0, 64: 600.0, 32: 280.0}
 
 
 def _bounds_then_peaks(arch, hw, d, w, jobs=1):
-    """A stand-in for predict with a known order: Offline bounds 10 x max_num_seqs (128 first), peak
-    searches ``SERVER_SCORES``. After 128's 300, the rule (skip a bound x 1.25 below the best) still
-    runs 64 and 32; after 64's 600 it skips 32 (1.25 x 320 = 400)."""
-    score = 10.0 * d.max_num_seqs if w.scenario == "offline" else SERVER_SCORES[d.max_num_seqs]
+    """A stand-in for predict with a known order: Offline bounds 10 x max_num_seqs (the largest first),
+    peak searches ``SERVER_SCORES`` or 9 x max_num_seqs."""
+    n = d.max_num_seqs
+    score = 10.0 * n if w.scenario == "offline" else SERVER_SCORES.get(n, 9.0 * n)
     return {"tokens_per_s_per_gpu": score, "qps": 1.0}
 
 
-def test_a_search_run_ahead_is_discarded_when_the_rule_skips_it(monkeypatch):
+@pytest.mark.parametrize("seqs, found_scores, skipped, run_ahead", [
+    # No bound within 1.25x of 1280: 128 is searched alone. After its 300 the rule still runs 64 and 32
+    # (bounds x 1.25 >= 300); after 64's 600 it skips 32 (1.25 x 320 = 400), which ran ahead and is discarded.
+    ((32, 64, 128), [(64, 600.0), (128, 300.0)], [32], [64, 32]),
+    # 110's bound (1100) is within 1.25x of 120's (1200): it runs ahead beside 120 from the start; none is skipped.
+    ((100, 110, 120), [(120, 1080.0), (110, 990.0), (100, 900.0)], [], [120, 110, 100]),
+])
+def test_a_search_decides_in_order_while_candidates_run_ahead(monkeypatch, seqs, found_scores, skipped, run_ahead):
     # Forked workers see the stand-in: the pool is made after the patch.
     monkeypatch.setattr(search_module, "predict", _bounds_then_peaks)
     submitted: list[int] = []
@@ -70,12 +77,10 @@ def test_a_search_run_ahead_is_discarded_when_the_rule_skips_it(monkeypatch):
     answers = {}
     for jobs in (1, 2):
         pruned: list = []
-        found = search(arch, hw, Deployment(1, Parallel(), "fp8"), w, pruned=pruned, seq_choices=(32, 64, 128),
-                       jobs=jobs)
+        found = search(arch, hw, Deployment(1, Parallel(), "fp8"), w, pruned=pruned, seq_choices=seqs, jobs=jobs)
         answers[jobs] = ([(c.max_num_seqs, c.score) for c in found], [c.max_num_seqs for c in pruned])
-    assert answers[1] == answers[2] == ([(64, 600.0), (128, 300.0)], [32])
-    # The first search (128) ran here with its own runs spread; 32 ran ahead beside 64, then was skipped.
-    assert submitted == [64, 32]
+    assert answers[1] == answers[2] == (found_scores, skipped)
+    assert submitted == run_ahead
 
 
 def test_a_real_peak_search_in_two_processes_gives_the_same_candidates_and_skips():

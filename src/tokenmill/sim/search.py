@@ -41,10 +41,11 @@ margin between candidates of one workload.
 With ``jobs`` > 1 the candidates run in that many processes (sim/jobs.py) and the
 answer is the same as with one: the Offline bounds all at once, then the peak
 searches in the order above, each skip decided on the results before it as in one
-process. The first peak search spreads its own runs (sim/peak_qps.py: often it is the
-only one, as when the layout is chosen at one batch limit); after it, the next
-candidates the best so far does not skip run ahead (one the rule then skips is
-discarded).
+process, while the next candidates the best so far does not skip run ahead (one the
+rule then skips is discarded). The first peak search is run alone, spreading its own
+runs (sim/peak_qps.py), when no other bound is within ``BOUND_MARGIN`` of its bound
+(``_rivals``: the others would then likely be skipped; e.g. the layout chosen at one
+batch limit, where the first is often the only search).
 """
 
 from __future__ import annotations
@@ -151,9 +152,7 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
                 if pruned is not None:
                     pruned.append(bound)
             else:
-                if pool is None or not found:
-                    # The first search (the best bound) is always needed and decides what the others skip:
-                    # its own runs are spread over the processes (sim/peak_qps.py) before candidates are.
+                if pool is None or (not found and not _rivals(bounds)):
                     figures = predict(arch, hw, candidate_deployment(base, bound), workload, jobs=jobs)
                 else:
                     _run_ahead(pool, jobs, ahead, i, bounds, skipped,
@@ -167,6 +166,15 @@ def search(arch, hw: Hardware, base: Deployment, workload: Workload,
             if progress:
                 progress(1)
     return found
+
+
+def _rivals(bounds: list[Candidate]) -> bool:
+    """Whether a candidate besides the best bound is sure to be searched whatever the best one's
+    Server figure, as long as that figure stays under its own bound (as it does with a fixed
+    request count): its bound is within ``BOUND_MARGIN`` of the best. Where none is, the first
+    search (often the only one, as when the layout is chosen at one batch limit) spreads its own
+    runs over the processes instead of running candidates ahead that the rule would likely skip."""
+    return len(bounds) > 1 and bounds[1].score * BOUND_MARGIN >= bounds[0].score
 
 
 def _run_ahead(pool, jobs: int, ahead: dict, i: int, bounds: list[Candidate], skipped, submit) -> None:
