@@ -15,9 +15,11 @@ from tokenmill.config import EngineConfig
 def test_runs_switch_one_technique_on_at_a_time():
     full = EngineConfig()
     runs = uplift.uplift_configs(full, "cpu")
-    assert [label for label, _ in runs] == ["baseline", "+prefix-caching", "+kernels", "+native-step", "full"]
+    assert [label for label, _ in runs] == ["baseline", "+prefix-caching", "+chunked-prefill", "+kernels",
+                                            "+native-step", "full"]
     base = runs[0][1]
     assert not base.enable_prefix_caching and base.enforce_eager and base.speculative_config is None
+    assert not base.enable_chunked_prefill and dict(runs)["+chunked-prefill"].enable_chunked_prefill
     assert (base.attention_backend, base.fused_ops, base.linear_backend) == ("torch", "torch", "torch")
     for label, config in runs[1:-1]:  # each differs from the baseline in its technique only
         changed = {k for k in uplift.BASELINE if getattr(config, k) != getattr(base, k)}
@@ -25,10 +27,11 @@ def test_runs_switch_one_technique_on_at_a_time():
     assert runs[-1] == ("full", full)
     spec = EngineConfig(speculative_config={"method": "ngram", "num_speculative_tokens": 2})
     assert [label for label, _ in uplift.uplift_configs(spec, "cuda")] == \
-        ["baseline", "+prefix-caching", "+kernels", "+cuda-graphs", "+speculative", "full"]
+        ["baseline", "+prefix-caching", "+chunked-prefill", "+kernels", "+cuda-graphs", "+speculative", "full"]
     # A technique the flags switch off is not a run of its own.
     assert "+prefix-caching" not in dict(uplift.uplift_configs(EngineConfig(enable_prefix_caching=False), "cpu"))
     assert "+native-step" not in dict(uplift.uplift_configs(EngineConfig(enforce_eager=True), "cpu"))
+    assert "+chunked-prefill" not in dict(uplift.uplift_configs(EngineConfig(enable_chunked_prefill=False), "cpu"))
     with pytest.raises(ValueError, match="uplift"):
         uplift.uplift_configs(EngineConfig(deterministic=True), "cpu")
 

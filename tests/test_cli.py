@@ -23,7 +23,8 @@ def _run(*args: str, timeout: int = 180) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("args,flags", [
     ((), ("serve", "generate")),
     (("serve",), ("--model", "--host", "--port", "--api-key", "--max-body-bytes", "--max-tokens-limit",
-                  "--enable-prefix-caching", "--no-enable-prefix-caching", "--max-waiting-requests",
+                  "--enable-prefix-caching", "--no-enable-prefix-caching", "--no-enable-chunked-prefill",
+                  "--max-waiting-requests",
                   "--kv-cache-memory-gib", "--served-model-name", "--quantization", "--log-level",
                   "--timeout-keep-alive")),
     (("generate",), ("--prompts-file", "--chat", "--max-tokens", "--temperature", "--top-p", "--top-k",
@@ -47,13 +48,15 @@ def test_console_script_help():
 def test_flags_map_onto_engine_config():
     args = build_parser().parse_args([
         "serve", "--model", "dummy:tiny", "--load-format", "dummy", "--dtype", "float32", "--max-model-len", "256",
-        "--num-kv-blocks", "32", "--block-size", "8", "--no-enable-prefix-caching", "--max-waiting-requests", "4",
+        "--num-kv-blocks", "32", "--block-size", "8", "--no-enable-prefix-caching", "--no-enable-chunked-prefill",
+        "--max-waiting-requests", "4",
         "--max-num-seqs", "3", "--seed", "9", "--port", "0", "--quantization", "int4", "--int4-activations", "float"])
     config = engine_config_from_args(args)
     assert (config.quantization, config.int4_activations) == ("int4", "float")
     assert (config.model, config.load_format, config.dtype) == ("dummy:tiny", "dummy", "float32")
     assert (config.max_model_len, config.num_kv_blocks, config.block_size) == (256, 32, 8)
-    assert config.enable_prefix_caching is False
+    assert config.enable_prefix_caching is False and config.enable_chunked_prefill is False
+    assert engine_config_from_args(build_parser().parse_args(["serve"])).enable_chunked_prefill is True
     assert (config.max_waiting_requests, config.max_num_seqs, config.seed) == (4, 3, 9)
     assert args.host == "127.0.0.1" and args.port == 0
 

@@ -248,3 +248,18 @@ def _run_with_drafts(core: EngineCore, params, propose, want=None):
     if want is None:
         _run_with_drafts.steps_without = steps
     return requests, [outputs[r.request_id] for r in requests], steps
+
+
+def test_without_chunked_prefill_the_budget_holds_the_longest_prompt_and_outputs_are_the_same():
+    chunked = EngineCore(EngineConfig(**TINY, dtype="float32"))
+    whole = EngineCore(EngineConfig(**TINY, dtype="float32", enable_chunked_prefill=False))
+    assert whole.config.max_num_batched_tokens == whole.max_model_len == 256  # raised from 32
+    assert whole.scheduler.max_num_batched_tokens == 256 and not whole.scheduler.chunked_prefill
+    assert chunked.config.max_num_batched_tokens == 32 and chunked.scheduler.chunked_prefill
+    params = [SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)] * len(PROMPTS)
+    requests = [EngineCoreRequest(f"w{i}", p, sp) for i, (p, sp) in enumerate(zip(PROMPTS, params))]
+    got = {name: run_core(core, requests) for name, core in (("chunked", chunked), ("whole", whole))}
+    for r in requests:
+        assert [t for o in got["whole"][r.request_id] for t in o.new_token_ids] == \
+            [t for o in got["chunked"][r.request_id] for t in o.new_token_ids]
+    assert whole.pool.num_used_blocks == 0

@@ -9,10 +9,10 @@ from tokenmill.engine.scheduler import Scheduler
 from tokenmill.sampling_params import SamplingParams
 
 
-def make(num_blocks=64, block_size=4, max_seqs=8, budget=32, prefix=True):
+def make(num_blocks=64, block_size=4, max_seqs=8, budget=32, prefix=True, chunked=True):
     pool = BlockPool(num_blocks, block_size)
     kv = KVCacheManager(pool, prefix)
-    return pool, kv, Scheduler(kv, max_seqs, budget)
+    return pool, kv, Scheduler(kv, max_seqs, budget, chunked)
 
 
 def req(rid, n_prompt, max_tokens=4, first=0):
@@ -202,3 +202,40 @@ def test_drafts_respect_budget_and_context_and_bad_runs_are_refused():
         sched.update(out, {"b": [5, 4, 4]})  # a run that does not follow the drafts
     sched.update(out, {"b": [4, 4, 4]})
     assert b.num_tokens == 6 and b.status is RequestStatus.FINISHED_LENGTH
+
+
+def test_without_chunked_prefill_a_prompt_waits_whole_for_a_step_with_room():
+    pool, kv, sched = make(budget=12, chunked=False)
+    a, b, c = req("a", 3, max_tokens=6), req("b", 11, max_tokens=2, first=100), req("c", 2, max_tokens=2, first=200)
+    sched.add(a)
+    run_step(sched)  # a prefilled: it decodes from now on, one token a step
+    sched.add(b)
+    sched.add(c)
+    out = run_step(sched)
+    # a's decode leaves 11 of 12: b fits whole. (Chunked, it would have taken the same 11.)
+    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "b": 11}
+    d = req("d", 11, max_tokens=2, first=300)
+    sched.add(d)
+    out = run_step(sched)
+    # a and b decode (2 tokens) and c's 2 tokens fit, but d's 11 do not fit the 8 left: it waits, unchunked.
+    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "b": 1, "c": 2}
+    assert d.num_computed_tokens == 0 and sched.waiting[0] is d
+    drain(sched, pool)
+    assert d.output_token_ids == [7, 7] and pool.num_free_blocks == pool.num_blocks
+
+
+def test_chunked_prefill_splits_the_prompt_that_waits_unchunked():
+    pool, kv, sched = make(budget=12)
+    a, d = req("a", 3, max_tokens=6), req("d", 11, max_tokens=2, first=300)
+    sched.add(a)
+    run_step(sched)
+    sched.add(d)
+    out = run_step(sched)
+    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "d": 11}
+    pool2, kv2, sched2 = make(budget=8)
+    a2, d2 = req("a", 3, max_tokens=6), req("d", 11, max_tokens=2, first=300)
+    sched2.add(a2)
+    run_step(sched2)
+    sched2.add(d2)
+    out = run_step(sched2)
+    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "d": 7}  # a chunk

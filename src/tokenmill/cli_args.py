@@ -122,6 +122,10 @@ def _add_scheduler_args(g) -> None:
                    help="memory for the KV cache (default: 1 GiB on CPU, 85%% of free memory on CUDA)")
     g.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True,
                    help="reuse KV blocks across requests that share a prompt prefix")
+    g.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True,
+                   help="split long prompts into chunks that share steps with running decodes; "
+                        "--no-enable-chunked-prefill admits whole prompts only and raises "
+                        "--max-num-batched-tokens to the max model length where it is smaller")
     g.add_argument("--max-waiting-requests", type=int, default=None,
                    help="waiting-queue limit; the server answers 429 above it (default: unbounded)")
     g.add_argument("--seed", type=int, default=0,
@@ -243,7 +247,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         cuda_graph_mode=args.cuda_graph_mode,
         max_model_len=args.max_model_len, block_size=args.block_size,
         num_kv_blocks=args.num_kv_blocks, kv_cache_memory_gib=args.kv_cache_memory_gib,
-        enable_prefix_caching=args.enable_prefix_caching, max_num_seqs=args.max_num_seqs,
+        enable_prefix_caching=args.enable_prefix_caching, enable_chunked_prefill=args.enable_chunked_prefill,
+        max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, max_waiting_requests=args.max_waiting_requests,
         seed=args.seed, num_threads=args.num_threads, speculative_config=args.speculative_config,
     )

@@ -120,6 +120,10 @@ class EngineConfig:
     """Memory for the KV cache; None: 1 GiB on CPU, 85% of free memory on CUDA."""
     enable_prefix_caching: bool = True
     """Reuse KV blocks across requests sharing a prompt prefix."""
+    enable_chunked_prefill: bool = True
+    """Split a prompt longer than what is left of a step's budget over several steps, beside the
+    running decodes. False: a prompt is admitted only whole, and the budget is raised to
+    ``max_model_len`` where it is smaller, so that every prompt fits one step (vLLM's rule)."""
     max_num_seqs: int = 128
     """Most requests running in one step."""
     max_num_batched_tokens: int = 1024

@@ -4,10 +4,12 @@ the baseline with one technique switched on, once per technique, and on the
 full stack (the engine flags as given); the table reads each run against the
 baseline, the way the MLPerf seeds present software uplift.
 
-Baseline: no prefix caching, plain torch attention, elementwise ops and
-linears, no CUDA graphs, no speculative decoding, one in-process engine.
-Techniques (each only where it applies):
+Baseline: no prefix caching, no chunked prefill (whole prompts, the step
+budget raised to the max model length as vLLM does), plain torch attention,
+elementwise ops and linears, no CUDA graphs, no speculative decoding, one
+in-process engine. Techniques (each only where it applies):
 - ``+prefix-caching``: automatic prefix caching;
+- ``+chunked-prefill``: prompts split over steps under the flags' budget;
 - ``+kernels``: the kernels the flags pick (CPU: the C++ attention, fused ops
   and prepacked/panel linears; CUDA: the compiled fused ops);
 - ``+cuda-graphs``: decode steps replayed as CUDA graphs (CUDA only);
@@ -15,7 +17,6 @@ Techniques (each only where it applies):
   per step (kernels/native_decoder.py), which runs only on those kernels;
 - ``+speculative``: the ``--speculative-config`` given (only with one).
 A technique the flags switch off is no run of its own (and is off in "full").
-Chunked prefill is always on: the scheduler has no switch for it yet.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from dataclasses import replace
 
 from tokenmill.config import EngineConfig
 
-BASELINE = {"enable_prefix_caching": False, "attention_backend": "torch", "fused_ops": "torch",
+BASELINE = {"enable_prefix_caching": False, "enable_chunked_prefill": False, "attention_backend": "torch",
+            "fused_ops": "torch",
             "linear_backend": "torch", "enforce_eager": True, "speculative_config": None}
 """The EngineConfig fields that switch every technique off."""
 
@@ -39,6 +41,7 @@ def uplift_configs(config: EngineConfig, device_type: str) -> list[tuple[str, En
     kernels = {"attention_backend": config.attention_backend, "fused_ops": config.fused_ops,
                "linear_backend": config.linear_backend}
     techniques = [("+prefix-caching", {"enable_prefix_caching": config.enable_prefix_caching}),
+                  ("+chunked-prefill", {"enable_chunked_prefill": config.enable_chunked_prefill}),
                   ("+kernels", kernels)]
     if device_type == "cuda":
         techniques.append(("+cuda-graphs", {"enforce_eager": config.enforce_eager}))

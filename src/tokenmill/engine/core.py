@@ -112,7 +112,7 @@ class EngineCore:
         c = self.config
         self.pool = BlockPool(c.num_kv_blocks, c.block_size)
         self.kv = KVCacheManager(self.pool, c.enable_prefix_caching)
-        self.scheduler = Scheduler(self.kv, c.max_num_seqs, c.max_num_batched_tokens)
+        self.scheduler = Scheduler(self.kv, c.max_num_seqs, c.max_num_batched_tokens, c.enable_chunked_prefill)
         # Deterministic mode needs the C++ attention and fused ops: each computes a
         # token's row the same way whatever else is in the step.
         self.attention_backend, decode_kernel = resolve_decode_kernel(
@@ -205,7 +205,12 @@ class EngineCore:
             raise ValueError(f"max_model_len: {max_len} tokens do not fit in the KV cache "
                              f"({blocks} blocks x {config.block_size} = {capacity} tokens); "
                              "raise kv_cache_memory_gib or num_kv_blocks")
-        return replace(config, num_kv_blocks=blocks, max_model_len=max_len,
+        budget = config.max_num_batched_tokens
+        if not config.enable_chunked_prefill and budget < max_len:
+            log.info("chunked prefill off: the step budget is raised from %d to max_model_len %d tokens, "
+                     "so that every prompt fits one step", budget, max_len)
+            budget = max_len
+        return replace(config, num_kv_blocks=blocks, max_model_len=max_len, max_num_batched_tokens=budget,
                        served_model_name=config.served_model_name or name)
 
     @property

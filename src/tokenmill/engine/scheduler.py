@@ -1,10 +1,12 @@
-"""Continuous batching under a per-step token budget, with chunked prefill and
-preemption by recompute.
+"""Continuous batching under a per-step token budget, with chunked prefill (or,
+switched off, whole prompts only) and preemption by recompute.
 
 Each step: running requests first (oldest first), each taking
 ``min(remaining, budget)`` tokens, so decodes and prefill chunks share a step;
 then waiting requests are admitted (after a prefix-cache lookup) while budget,
-blocks and ``max_num_seqs`` allow. When a running request needs a block and
+blocks and ``max_num_seqs`` allow; without chunked prefill a waiting request is
+admitted only when all of its uncached prompt fits what is left of the budget,
+and nobody passes it meanwhile. When a running request needs a block and
 none is free, the newest running request is preempted: its blocks are freed
 (their cached hashes survive until evicted) and it goes back to the front of
 the queue to be recomputed later. No admission happens in a step that
@@ -61,10 +63,13 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 chunked_prefill: bool = True):
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.chunked_prefill = chunked_prefill
+        """False: whole prompts only (the budget must then hold the longest: EngineCore raises it)."""
         self.requests: dict[str, Request] = {}
         """Every request not yet finished (waiting, preempted or running), by id."""
         self.waiting: deque[Request] = deque()
@@ -128,6 +133,8 @@ class Scheduler:
                 prefix = self.kv.find_prefix(req)
                 cached = len(prefix) * self.kv.block_size
             n = min(req.num_tokens - cached, budget)
+            if not self.chunked_prefill and n < req.num_tokens - cached:
+                break  # it waits, whole, for a step with room for it
             if not self.kv.allocate(req, n, prefix):
                 break
             self.waiting.popleft()
