@@ -224,18 +224,13 @@ def test_without_chunked_prefill_a_prompt_waits_whole_for_a_step_with_room():
     assert d.output_token_ids == [7, 7] and pool.num_free_blocks == pool.num_blocks
 
 
-def test_chunked_prefill_splits_the_prompt_that_waits_unchunked():
-    pool, kv, sched = make(budget=12)
+@pytest.mark.parametrize("budget, d_tokens", [(12, 11), (8, 7)])
+def test_chunked_prefill_splits_the_prompt_that_waits_unchunked(budget, d_tokens):
+    pool, kv, sched = make(budget=budget)
     a, d = req("a", 3, max_tokens=6), req("d", 11, max_tokens=2, first=300)
     sched.add(a)
     run_step(sched)
     sched.add(d)
     out = run_step(sched)
-    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "d": 11}
-    pool2, kv2, sched2 = make(budget=8)
-    a2, d2 = req("a", 3, max_tokens=6), req("d", 11, max_tokens=2, first=300)
-    sched2.add(a2)
-    run_step(sched2)
-    sched2.add(d2)
-    out = run_step(sched2)
-    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "d": 7}  # a chunk
+    # d takes what a's decode leaves: all of it at 12, a 7-token chunk at 8.
+    assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "d": d_tokens}
