@@ -26,8 +26,7 @@ from dataclasses import replace
 from tokenmill.config import EngineConfig
 
 BASELINE = {"enable_prefix_caching": False, "enable_chunked_prefill": False, "attention_backend": "torch",
-            "fused_ops": "torch",
-            "linear_backend": "torch", "enforce_eager": True, "speculative_config": None}
+            "fused_ops": "torch", "linear_backend": "torch", "enforce_eager": True, "speculative_config": None}
 """The EngineConfig fields that switch every technique off."""
 
 

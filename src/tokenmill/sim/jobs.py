@@ -4,8 +4,8 @@ one process, sooner where cores are free.
 Each simulation is a pure function of picklable inputs (the model's shape, the hardware
 profile, the deployment and the workload: dataclasses), so a worker process computes
 exactly what the parent would. The callers keep their own order and decisions; only the
-work moves (sim/search.py runs ahead speculatively and discards what its sequential rule
-skips).
+work moves (sim/search.py and sim/peak_qps.py run ahead speculatively and discard what
+their sequential rules do not use).
 """
 
 from __future__ import annotations
