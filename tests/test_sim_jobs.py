@@ -1,5 +1,5 @@
 """`tokenmill sim --jobs N`: simulations spread over processes give the answers one process gives
-(sim/jobs.py; the search's run-ahead in sim/search.py)."""
+(sim/jobs.py; the run-ahead of the search in sim/search.py and of the peak-QPS search in sim/peak_qps.py)."""
 
 from __future__ import annotations
 
