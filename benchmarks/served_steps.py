@@ -46,12 +46,12 @@ def run_bench(bench_args: list[str]) -> list[tuple[int, int, float, float]]:
 
 
 def report(steps: list, context: int, model: str, precision: str) -> None:
-    from tokenmill.sim.calibrate import load_this_machine
+    from tokenmill.sim.calibrate import load_profile
     from tokenmill.sim.cost import Parallel, step_cost, step_time
     from tokenmill.sim.models import get_model
     from tokenmill.sim.shapes import PrefillChunk, StepShape
 
-    hardware, arch, kv_bytes = load_this_machine(), get_model(model), 4.0 if precision == "fp32" else 2.0
+    hardware, arch, kv_bytes = load_profile(), get_model(model), 4.0 if precision == "fp32" else 2.0
 
     def modelled(decodes: int, prompt_tokens: int) -> float:
         shape = StepShape(decode_contexts=(context,) * decodes,

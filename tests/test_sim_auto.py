@@ -17,6 +17,7 @@ from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload
 from tokenmill.sim.published import MTP3_TOKENS_PER_STEP
 from tokenmill.sim.search import search
+from tokenmill.sim.uplift import Baseline
 
 SMALL = ["--isl", "128", "--osl", "64", "--num-requests", "60"]
 
@@ -79,19 +80,18 @@ def test_search_tries_only_the_batch_limits_given():
 
 def test_the_full_stack_where_no_technique_is_named():
     w = Workload("offline", 128, 16)
-    d, kernels, eager, assumed = full_stack(get_model("deepseek-r1"), get_hardware("gb300"),
-                                            Deployment(8, Parallel(tp=1, ep=8, attention_dp=True), "fp4"), w,
-                                            None, False)
+    d, b, assumed = full_stack(get_model("deepseek-r1"), get_hardware("gb300"),
+                               Deployment(8, Parallel(tp=1, ep=8, attention_dp=True), "fp4"), w, Baseline())
     # EP + attention DP is already a technique of this deployment: the flags named one, nothing is assumed.
-    assert (d.mtp_depth, kernels, eager, assumed) == (0, None, False, [])
-    d, kernels, eager, assumed = full_stack(get_model("deepseek-r1"), get_hardware("gb300"),
-                                            Deployment(8, Parallel(tp=8), "fp4"), w, None, False)
-    assert (d.mtp_depth, d.mtp_tokens_per_step, kernels, eager) == (3, MTP3_TOKENS_PER_STEP, "v5.1", True)
+    assert (d.mtp_depth, b, assumed) == (0, Baseline(), [])
+    d, b, assumed = full_stack(get_model("deepseek-r1"), get_hardware("gb300"),
+                               Deployment(8, Parallel(tp=8), "fp4"), w, Baseline())
+    assert (d.mtp_depth, d.mtp_tokens_per_step, b.kernels, b.eager) == (3, MTP3_TOKENS_PER_STEP, "v5.1", True)
     assert len(assumed) == 3
     # A dense model without an MTP module on Hopper: CUDA graphs only; the kernel scale is DeepSeek-R1's on Blackwell.
-    d, kernels, eager, assumed = full_stack(get_model("llama3.1-8b"), get_hardware("h100"),
-                                            Deployment(1, Parallel(), "fp8"), w, None, False)
-    assert (d.mtp_depth, kernels, eager, len(assumed)) == (0, None, True, 1)
+    d, b, assumed = full_stack(get_model("llama3.1-8b"), get_hardware("h100"),
+                               Deployment(1, Parallel(), "fp8"), w, Baseline())
+    assert (d.mtp_depth, b.kernels, b.eager, len(assumed)) == (0, None, True, 1)
     fused = with_fusion(Deployment(8, Parallel(tp=8), "fp8"), assumed)
     assert fused.fused_allreduce and assumed[-1] == "GEMM + all-reduce fusion"
     assert not with_fusion(Deployment(1, Parallel(), "fp8"), []).fused_allreduce

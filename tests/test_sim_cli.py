@@ -120,7 +120,7 @@ def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
 def test_this_machine_without_a_profile_names_the_command(tmp_path, monkeypatch, capsys):
     import tokenmill.sim.calibrate as calibrate
 
-    monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "missing.json")
+    monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path / "missing")
     assert main(["sim", "--hardware", "this-machine", *SMALL]) == 2
     assert "tokenmill sim calibrate" in capsys.readouterr().err
 
@@ -131,15 +131,15 @@ def test_a_profile_written_before_the_expert_stream_rate_streams_experts_as_the_
 
     old = get_hardware("h100").to_dict()
     del old["efficiency"]["expert_stream"]  # as profiles written before 2026-11-28 are
-    monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "this-machine.json")
+    monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path)
     (tmp_path / "this-machine.json").write_text(json.dumps(old))
-    assert calibrate.load_this_machine().efficiency.expert_stream is None
+    assert calibrate.load_profile().efficiency.expert_stream is None
 
 
 def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys):
     import tokenmill.sim.calibrate as calibrate
 
-    monkeypatch.setattr(calibrate, "PROFILE_PATH", tmp_path / "this-machine.json")
+    monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path)
     monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 4))
     fitted_on, fit = [], calibrate.fit_efficiency
 

@@ -16,7 +16,7 @@ from tokenmill.sim.hardware import EAGER_LAYER_S, Efficiency, Hardware, get_hard
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.shapes import StepShape
-from tokenmill.sim.uplift import techniques, uplift
+from tokenmill.sim.uplift import Baseline, techniques, uplift
 
 
 def _step(arch, hw, batch: int) -> float:
@@ -71,8 +71,8 @@ def test_predict_and_uplift_price_the_graphs():
     assert eager["config"]["eager_step_ms"] == pytest.approx((4e-4 + 32 * EAGER_LAYER_S) * 1e3)
     assert eager["tpot_ms"]["p50"] > 1.5 * graphs["tpot_ms"]["p50"]
     # The uplift adds CUDA graphs only when asked for an eager baseline.
-    assert techniques(d, w) == [] and techniques(d, w, baseline_eager=True) == ["CUDA graphs"]
-    variants = uplift(arch, hw, d, w, baseline_eager=True)
+    assert techniques(d, w) == [] and techniques(d, w, Baseline(eager=True)) == ["CUDA graphs"]
+    variants = uplift(arch, hw, d, w, baseline=Baseline(eager=True))
     assert [v.name for v in variants] == ["baseline", "+ CUDA graphs"]
     assert variants[0].figures["config"]["cuda_graphs"] is False
     assert variants[1].figures["tokens_per_s_per_gpu"] == pytest.approx(graphs["tokens_per_s_per_gpu"])

@@ -11,7 +11,7 @@ from tokenmill.sim.disagg import PoolSplit
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload
-from tokenmill.sim.uplift import Variant, table, techniques, uplift
+from tokenmill.sim.uplift import Baseline, Variant, table, techniques, uplift
 
 
 def test_techniques_follow_the_flags():
@@ -77,8 +77,8 @@ def test_older_kernels_as_the_baseline_price_the_software_uplift():
     arch, hw = get_model("deepseek-r1"), get_hardware("gb300")
     full = Deployment(8, Parallel(tp=8, ep=8, attention_dp=True), "fp4", max_num_seqs=512)
     w = Workload("offline", 1024, 256, num_requests=256)
-    assert techniques(full, w, "v5.1") == ["kernels", "expert parallel + attention DP"]
-    variants = uplift(arch, hw, full, w, baseline_kernels="v5.1")
+    assert techniques(full, w, Baseline(kernels="v5.1")) == ["kernels", "expert parallel + attention DP"]
+    variants = uplift(arch, hw, full, w, baseline=Baseline(kernels="v5.1"))
     assert [v.name for v in variants] == ["baseline (v5.1 kernels)", "+ v6.0 kernels",
                                           "+ expert parallel + attention DP", "full stack"]
     tok = {v.name: v.figures["tokens_per_s_per_gpu"] for v in variants}

@@ -44,7 +44,7 @@ from tokenmill.sim.search import (
     search,
     searched_figures,
 )
-from tokenmill.sim.uplift import techniques
+from tokenmill.sim.uplift import Baseline, techniques
 
 STACK_MTP_DEPTH = 3
 STACK_BASELINE_KERNELS = "v5.1"
@@ -101,23 +101,23 @@ def choose_layout(arch, hw, base: Deployment, workload: Workload, jobs: int = 1)
     return candidate_deployment(base, found[0]), {**searched_figures(found, pruned), "layout_chosen": True}
 
 
-def full_stack(arch, hw, d: Deployment, workload: Workload, baseline_kernels: str | None,
-               baseline_eager: bool) -> tuple[Deployment, str | None, bool, list[str]]:
-    """``d`` with the stack's techniques on where the flags name none (module docstring), the
-    baseline kernels and eager flag, and what was assumed, in words (empty: flags kept)."""
-    if techniques(d, workload, baseline_kernels, baseline_eager):
-        return d, baseline_kernels, baseline_eager, []
+def full_stack(arch, hw, d: Deployment, workload: Workload,
+               baseline: Baseline) -> tuple[Deployment, Baseline, list[str]]:
+    """``d`` and ``baseline`` with the stack's techniques on where the flags name none (module
+    docstring), and what was assumed, in words (empty: flags kept)."""
+    if techniques(d, workload, baseline):
+        return d, baseline, []
     assumed = []
     if has_mtp_module(arch) and d.pipeline_parallel == 1:
         d = replace(d, mtp_depth=STACK_MTP_DEPTH, mtp_tokens_per_step=MTP3_TOKENS_PER_STEP)
         assumed.append(f"MTP {STACK_MTP_DEPTH} drafts at {MTP3_TOKENS_PER_STEP} tokens a step")
     if d.cuda_graphs and _prices_eager_steps(arch, hw, d):
-        baseline_eager = True
+        baseline = replace(baseline, eager=True)
         assumed.append("CUDA graphs (baseline: eager steps)")
     if isinstance(arch, DeepseekArch) and hw.default_precision == "fp4" and d.kernels == CURRENT:
-        baseline_kernels = STACK_BASELINE_KERNELS
+        baseline = replace(baseline, kernels=STACK_BASELINE_KERNELS)
         assumed.append(f"{CURRENT} kernels (baseline: {STACK_BASELINE_KERNELS}'s)")
-    return d, baseline_kernels, baseline_eager, assumed
+    return d, baseline, assumed
 
 
 def with_fusion(d: Deployment, assumed: list[str]) -> Deployment:

@@ -17,10 +17,11 @@ per sequence, and with CUDA graphs a per-step cost of the eager steps) are
 then the ones under which the cost model (cost.py) best reproduces the
 measured steps, all but ``CACHED_STEP``; the largest relative error is
 reported, and the profile's price of ``CACHED_STEP`` beside its measured time
-(a check, not fitted). The
-profile is written to ``~/.cache/tokenmill/sim/this-machine.json`` and read by
-``--hardware this-machine``. A GPU's profile keeps its datasheet entry's
-interconnect and price (hardware.py) where its name matches one.
+(a check, not fitted). The profile is written to ``~/.cache/tokenmill/sim/this-machine.json``
+and read by ``--hardware this-machine`` (``--profile NAME``: ``NAME.json``, read by
+``--hardware NAME``; with the engine's kernel flags, e.g. the uplift baseline's torch kernels,
+it prices that engine's steps). A GPU's profile keeps its datasheet entry's interconnect and
+price (hardware.py) where its name matches one.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import os
 import platform
 import random
+import re
 import statistics
 import time
 from dataclasses import replace
@@ -37,8 +39,12 @@ from pathlib import Path
 
 from tokenmill.sim.hardware import Efficiency, Hardware
 
-PROFILE_PATH = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "tokenmill")) / "sim" / \
-    "this-machine.json"
+PROFILE_DIR = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "tokenmill")) / "sim"
+THIS_MACHINE = "this-machine"
+"""The default profile name; ``--profile NAME`` calibrates another (e.g. the engine with other
+kernels: the baseline of ``tokenmill sim --uplift --baseline-kernels NAME``)."""
+ENGINE_FIELDS = ("attention_backend", "fused_ops", "linear_backend", "enforce_eager")
+"""EngineConfig fields ``tokenmill sim calibrate`` takes as flags: what computes the steps it times."""
 DECODE_BATCHES = (1, 8, 32)
 PREFILL_TOKENS = (64, 256)
 MIXED_STEP = (4, 128)
@@ -61,10 +67,25 @@ DEFAULT_PRICE_PER_HOUR = 0.10
 """USD per hour: a nominal small cloud VM; pass --price-per-gpu-hour to tokenmill sim for your own."""
 
 
-def load_this_machine() -> Hardware:
-    if not PROFILE_PATH.is_file():
-        raise ValueError(f"--hardware: no this-machine profile at {PROFILE_PATH}; run `tokenmill sim calibrate` first")
-    d = json.loads(PROFILE_PATH.read_text())
+def profile_path(name: str = THIS_MACHINE) -> Path:
+    """Where calibrate writes profile ``name``; ValueError unless it is a plain file name."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ValueError(f"--profile: letters, digits, '.', '_' and '-' (a file name), got {name!r}")
+    return PROFILE_DIR / f"{name}.json"
+
+
+def has_profile(name: str) -> bool:
+    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) is not None and profile_path(name).is_file()
+
+
+def load_profile(name: str = THIS_MACHINE, flag: str = "--hardware") -> Hardware:
+    """The calibrated profile ``name`` (``tokenmill sim calibrate --profile NAME``); a ValueError
+    naming ``flag`` where there is none."""
+    path = profile_path(name)
+    if not path.is_file():
+        named = "" if name == THIS_MACHINE else f" --profile {name}"
+        raise ValueError(f"{flag}: no {name} profile at {path}; run `tokenmill sim calibrate{named}` first")
+    d = json.loads(path.read_text())
     # Profiles written before routed experts had their own stream rate stream them as the rest.
     d.setdefault("efficiency", {}).setdefault("expert_stream", None)
     d["efficiency"].setdefault("upcast_expert_gemm", None)  # nor their own upcast GEMM rate
@@ -281,30 +302,40 @@ def _gpu_base(name: str) -> Hardware | None:
 
 
 def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",
-              model: str | None = None) -> tuple[Hardware, list, float, float]:
-    """Measure, fit, write the profile; returns (profile, measured points, fit error, the
+              model: str | None = None, name: str = THIS_MACHINE,
+              engine: dict | None = None) -> tuple[Hardware, list, float, float]:
+    """Measure, fit, write the profile ``name``; returns (profile, measured points, fit error, the
     profile's price of ``CACHED_STEP`` in seconds, to set beside its measured point).
     ``model``: what the engine runs (default: the embedded model; ``dummy:<preset>``
-    for random weights where no checkpoint is at hand)."""
+    for random weights where no checkpoint is at hand); ``engine``: EngineConfig fields of
+    ``ENGINE_FIELDS`` (default: the engine's own choices)."""
     from tokenmill.config import EngineConfig
     from tokenmill.engine.async_engine import AsyncEngine
+    from tokenmill.sim.hardware import HARDWARE
 
+    if name in HARDWARE:
+        raise ValueError(f"--profile: {name!r} is a built-in --hardware profile; name the calibration otherwise")
+    path = profile_path(name)
     load_format = "dummy" if model and model.startswith("dummy:") else "auto"
     served = AsyncEngine(EngineConfig(model=model, load_format=load_format, device=device, dtype=dtype_name,
-                                      num_threads=num_threads))
+                                      num_threads=num_threads, **(engine or {})))
     try:
-        return _calibrate(served, model)
+        profile, points, error, cached_s = _calibrate(served, model, name)
     finally:
         served.shutdown()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile.to_dict(), indent=2))
+    return profile, points, error, cached_s
 
 
-def _calibrate(served, model: str | None) -> tuple[Hardware, list, float, float]:
+def _calibrate(served, model: str | None, name: str) -> tuple[Hardware, list, float, float]:
     import torch
 
     from tokenmill.model.embedded import EMBEDDED_NAME
 
     engine = served.engine
-    dev, dtype = engine.core.device, engine.core.dtype
+    core = engine.core
+    dev, dtype = core.device, core.dtype
     precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
     if precision is None:
         raise ValueError(f"--dtype: calibrate measures float32 or bfloat16, got {dtype}")
@@ -321,26 +352,25 @@ def _calibrate(served, model: str | None) -> tuple[Hardware, list, float, float]
         memory = float(torch.cuda.get_device_properties(dev).total_memory)
         price = datasheet.price_per_hour if datasheet else DEFAULT_PRICE_PER_HOUR
         interconnect = datasheet.interconnect_bw if datasheet else bw
-        source = f"{gpu}, {what}, fused ops {engine.core.fused_ops}, CUDA graphs " \
-                 f"{'on' if engine.core.runner.decode_graphs is not None else 'off'}"
+        source = f"{gpu}, {what}, attention {core.attention_backend}, fused ops {core.fused_ops}, CUDA graphs " \
+                 f"{'on' if core.runner.decode_graphs is not None else 'off'}"
     else:
         memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         price, interconnect = DEFAULT_PRICE_PER_HOUR, bw
-        source = f"{_cpu_name()}, {torch.get_num_threads()} threads, {what}"
-    base = Hardware(name="this-machine", memory_bytes=memory, memory_bw=bw, flops={precision: flops},
+        source = f"{_cpu_name()}, {torch.get_num_threads()} threads, {what}, attention {core.attention_backend}, " \
+                 f"fused ops {core.fused_ops}, linears {core.linear_backend}, {core.decoder_loop} decoder loop"
+    base = Hardware(name=name, memory_bytes=memory, memory_bw=bw, flops={precision: flops},
                     interconnect_bw=interconnect, scale_up_size=1, scale_out_bw=1e9, default_precision=precision,
                     price_per_hour=price, kv_cache_bytes=_engine_kv_bytes(engine),
                     sources=(f"tokenmill sim calibrate, {time.strftime('%Y-%m-%d')}: {source}",))
-    runner = engine.core.runner
+    runner = core.runner
     graphs = runner.decode_graphs is not None
     max_rows = runner.decode_graphs.batch_sizes[-1] if graphs and runner.graph_multi_token_runs else None
     fitted = [(shape, seconds) for shape, seconds in points if shape != CACHED_STEP]
-    efficiency, error, overlap = fit_efficiency(engine.core.arch, base, precision, fitted, eager_steps=graphs,
+    efficiency, error, overlap = fit_efficiency(core.arch, base, precision, fitted, eager_steps=graphs,
                                                 graph_max_rows=max_rows)
     profile = replace(base, efficiency=efficiency, overlap=overlap)
-    PROFILE_PATH.parent.mkdir(parents=True, exist_ok=True)
-    PROFILE_PATH.write_text(json.dumps(profile.to_dict(), indent=2))
-    return profile, points, error, cached_step_s(engine.core.arch, profile, precision)
+    return profile, points, error, cached_step_s(core.arch, profile, precision)
 
 
 def cached_step_s(arch, profile: Hardware, precision: str) -> float:

@@ -17,6 +17,7 @@ from pathlib import Path
 from tokenmill.sim.cli_args import DEFAULT_NUM_REQUESTS
 from tokenmill.sim.hardware import get_hardware, with_tile_rule
 from tokenmill.sim.jobs import check_jobs
+from tokenmill.sim.uplift_cli import kernels_flag, run_uplift
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -33,7 +34,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from tokenmill.sim.scenario_run import peak_search_bar
 
     model = args.model or "llama3.1-8b"
-    kernels = _kernels(args)  # before this-machine's profile is loaded: refused there either way
+    kernels = kernels_flag(args)  # before this-machine's profile is loaded: refused there either way
     arch, hw = get_model(model), get_hardware(args.hardware)
     if args.tile_rule:
         hw = with_tile_rule(hw)
@@ -55,7 +56,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if args.search or args.pareto:
             raise ValueError(f"--uplift and {'--search' if args.search else '--pareto'}: pick one (--uplift compares "
                              "techniques on the layout given)")
-        return _uplift(arch, hw, deployment, workload, args, choose)
+        return run_uplift(arch, hw, deployment, workload, args, choose)
     if args.pareto:
         if args.search:
             raise ValueError("--pareto and --search: pick one (--pareto sweeps the layouts and --max-num-seqs itself)")
@@ -230,22 +231,6 @@ def _kv_free_fraction(args: argparse.Namespace) -> float | None:
     return fraction
 
 
-def _kernels(args: argparse.Namespace) -> str:
-    """--kernels, refused off the GPU profiles (the generations are TensorRT-LLM's)."""
-    from tokenmill.sim.kernels import CURRENT, step_scale
-
-    if args.baseline_kernels and not args.uplift:
-        raise ValueError("--baseline-kernels: only with --uplift (it sets the uplift table's baseline)")
-    for flag, value in (("--kernels", args.kernels), ("--baseline-kernels", args.baseline_kernels)):
-        if value not in (None, CURRENT) and args.hardware == "this-machine":
-            raise ValueError(f"{flag} {value}: a TensorRT-LLM kernel generation on NVIDIA GPUs; this-machine is "
-                             "our own engine's kernels, as calibrated")
-    if args.baseline_kernels and step_scale(args.baseline_kernels) <= step_scale(args.kernels):
-        raise ValueError(f"--baseline-kernels {args.baseline_kernels}: not older than --kernels {args.kernels}; "
-                         "the baseline takes the older generation")
-    return args.kernels
-
-
 def parse_adp_balance(args: argparse.Namespace) -> tuple[int, int] | None:
     """--adp-balance WAIT:TIMEOUT -> (WAIT, TIMEOUT); ValueError naming the flag."""
     text = args.adp_balance
@@ -296,44 +281,6 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
         print(comparison_table(trace, figures))
         print()
         print(_table(figures))
-    return 0
-
-
-def _uplift(arch, hw, deployment, workload, args: argparse.Namespace, choose: bool) -> int:
-    """The uplift table of the flags' deployment, or of the full stack (sim/auto.py) where they name no
-    technique, on the layout chosen where they give none and one device does not hold the weights."""
-    import sys
-
-    from tqdm import tqdm
-
-    from tokenmill.sim.auto import choose_layout, full_stack, with_fusion
-    from tokenmill.sim.uplift import table, techniques, uplift
-
-    deployment, baseline_kernels, baseline_eager, assumed = full_stack(
-        arch, hw, deployment, workload, args.baseline_kernels, args.baseline_eager)
-    if choose:
-        deployment = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)[0]
-    if assumed:
-        deployment = with_fusion(deployment, assumed)
-    if assumed or choose:
-        p = deployment.parallel
-        layout = (f"{deployment.num_gpus} x {hw.name}, replicas of tp {p.tp}, ep {p.ep}"
-                  f"{', attention dp' if p.attention_dp else ''}"
-                  f"{f', pp {deployment.pipeline_parallel}' if deployment.pipeline_parallel > 1 else ''}"
-                  f", max-num-seqs {deployment.max_num_seqs}"
-                  f"{' (layout chosen)' if choose else ''}")
-        print(f"full stack: {layout}" + (f"; assumed, as no technique flag was given: {'; '.join(assumed)}"
-                                         if assumed else ""), file=sys.stderr if args.json else sys.stdout)
-
-    n = len(techniques(deployment, workload, baseline_kernels, baseline_eager))
-    with tqdm(total=n + 1 + (n > 1), desc="Simulating variants", unit="variant", leave=False) as bar:
-        variants = uplift(arch, hw, deployment, workload, progress=bar.update, baseline_kernels=baseline_kernels,
-                          baseline_eager=baseline_eager, jobs=args.jobs)
-    if args.json:
-        print(json.dumps([{"variant": v.name, "figures": v.figures, "error": v.error or None} for v in variants],
-                         indent=2))
-    else:
-        print(table(variants))
     return 0
 
 
@@ -476,11 +423,13 @@ def _validate_latency(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from tokenmill.sim.calibrate import CACHED_CONTEXT, CACHED_STEP, PROFILE_PATH, calibrate
+    from tokenmill.sim.calibrate import CACHED_CONTEXT, CACHED_STEP, ENGINE_FIELDS, calibrate, profile_path
 
-    profile, points, error, cached_s = calibrate(args.dtype, args.num_threads, args.device, args.model)
+    engine = {f: getattr(args, f) for f in ENGINE_FIELDS}
+    profile, points, error, cached_s = calibrate(args.dtype, args.num_threads, args.device, args.model,
+                                                 args.profile, engine)
     e = profile.efficiency
-    print(f"this-machine ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
+    print(f"{profile.name} ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
           f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")
     for (batch, tokens), seconds in points:
         what = f"decode step, batch {batch}" if not tokens else f"prefill of {tokens} tokens" + \
@@ -493,5 +442,5 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
           f"ms per step{eager} + {e.seq_overhead_s * 1e6:.1f} us per sequence; compute and memory "
           f"{'overlapped' if profile.overlap else 'added'}; largest step-time error {error * 100:.1f}%")
-    print(f"wrote {PROFILE_PATH}")
+    print(f"wrote {profile_path(args.profile)}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokenmill.config import ATTENTION_BACKENDS, FUSED_OPS, LINEAR_BACKENDS
 from tokenmill.sim.hardware import HARDWARE
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import KERNEL_GENERATIONS
@@ -145,12 +146,20 @@ def _add_uplift_args(g) -> None:
                         "latencies. With none of them given, the full stack is assumed: MTP 3 for a model with an "
                         "MTP module, CUDA graphs against eager steps on the GPU profiles, v6.0 kernels against "
                         "v5.1 for DeepSeek-R1 on Blackwell, GEMM + all-reduce fusion under tensor parallel")
-    g.add_argument("--baseline-kernels", default=None, choices=tuple(KERNEL_GENERATIONS), metavar="ROUND",
+    g.add_argument("--baseline-kernels", default=None, metavar="ROUND|NAME",
                    help="with --uplift: the baseline runs this older kernel generation (v5.1), and the newer "
-                        "kernels (--kernels) join the table as a technique: the software uplift between MLPerf rounds")
+                        "kernels (--kernels) join the table as a technique: the software uplift between MLPerf "
+                        "rounds; on a calibrated --hardware, NAME is a profile `tokenmill sim calibrate --profile "
+                        "NAME` wrote with the baseline engine's kernel flags (e.g. --attention-backend torch "
+                        "--fused-ops torch --linear-backend torch --enforce-eager), which prices every variant "
+                        "but the kernels' own and the full stack")
     g.add_argument("--baseline-eager", action="store_true",
                    help="with --uplift: the baseline launches every kernel from the host (--no-cuda-graphs), and "
                         "CUDA graphs join the table as a technique")
+    g.add_argument("--baseline-whole-prompts", action="store_true",
+                   help="with --uplift: the baseline admits a prompt only when it fits one step whole "
+                        "(--no-enable-chunked-prefill), and chunked prefill joins the table as a technique, as in "
+                        "`tokenmill bench --uplift`")
 
 
 def _add_disagg_args(g) -> None:
@@ -265,3 +274,14 @@ def _add_calibrate_args(c) -> None:
     c.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="the engine's dtype (auto: the engine's default on --device)")
     c.add_argument("--num-threads", type=int, default=None, help="CPU threads (default: torch's)")
+    c.add_argument("--profile", default="this-machine", metavar="NAME",
+                   help="the profile's name: written to ~/.cache/tokenmill/sim/NAME.json, read by --hardware NAME "
+                        "(default this-machine); e.g. the engine with the kernel flags below, as the baseline of "
+                        "--uplift --baseline-kernels NAME")
+    c.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+                   help="the engine's attention, as `tokenmill serve`'s flag (default auto: the engine's choice)")
+    c.add_argument("--fused-ops", choices=FUSED_OPS, default="auto", help="the engine's fused ops, as serve's flag")
+    c.add_argument("--linear-backend", choices=LINEAR_BACKENDS, default="auto",
+                   help="the engine's linear layers, as serve's flag")
+    c.add_argument("--enforce-eager", action="store_true",
+                   help="the engine's steps op by op from Python (no CUDA graphs; on CPU no native decoder step)")

@@ -472,15 +472,15 @@ HARDWARE: dict[str, Hardware] = {hw.name: hw for hw in (H100, H200, H200_NVL, B2
 
 
 def get_hardware(name: str) -> Hardware:
-    """The built-in profile ``name``, or ``this-machine`` (written by ``tokenmill sim
-    calibrate``); ValueError names the ``--hardware`` choices."""
-    if name == "this-machine":
-        from tokenmill.sim.calibrate import load_this_machine
-        return load_this_machine()
-    try:
+    """The built-in profile ``name``, or a calibrated one (``this-machine`` or another ``tokenmill
+    sim calibrate --profile NAME``); ValueError names the ``--hardware`` choices."""
+    from tokenmill.sim.calibrate import THIS_MACHINE, has_profile, load_profile
+
+    if name in HARDWARE:
         return HARDWARE[name]
-    except KeyError:
-        raise ValueError(f"--hardware: unknown {name!r}; choose from {sorted(HARDWARE)} or this-machine") from None
+    if name == THIS_MACHINE or has_profile(name):
+        return load_profile(name)
+    raise ValueError(f"--hardware: unknown {name!r}; choose from {sorted(HARDWARE)}, this-machine or a --profile")
 
 
 def with_tile_rule(hardware: Hardware) -> Hardware:

@@ -23,7 +23,14 @@ turn them on:
 - a stream interval (``--stream-interval N`` with ``--host-stream-rate``,
   sim/host_path.py): off, every sequence responds every step;
 - CUDA graphs, when ``--baseline-eager`` asks (sim/cuda_graphs.py): off, every
-  step launches its kernels from the host.
+  step launches its kernels from the host;
+- chunked prefill, when ``--baseline-whole-prompts`` asks: off, a prompt waits
+  until it fits one step whole (the live ``tokenmill bench --uplift`` baseline's
+  scheduler);
+- on a calibrated profile (``tokenmill sim calibrate``), our engine's kernels,
+  when ``--baseline-kernels NAME`` names a profile calibrated on the baseline
+  engine's (e.g. torch attention, ops and linears, eager steps): off, every
+  variant but the kernels' own and the full stack is priced by that profile.
 
 A variant that does not run (e.g. the weights do not fit a tensor-parallel
 replica) is reported with the reason instead of figures.
@@ -46,22 +53,47 @@ class Variant:
     error: str = ""
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What the baseline switches off besides the techniques the deployment's flags turn on."""
+
+    kernels: str | None = None
+    """An older kernel generation (sim/kernels.py) on the GPU profiles; on a calibrated profile the
+    name of the profile calibrated on the baseline engine's kernels (``hardware``)."""
+    eager: bool = False
+    """Every step launched from the host: CUDA graphs become a technique."""
+    whole_prompts: bool = False
+    """No chunked prefill: it becomes a technique (where the deployment chunks). Its steps' budget is
+    raised to the model's context length where smaller, as our engine and vLLM raise it to
+    max_model_len (by default the context length, where the KV cache holds it), so every prompt runs."""
+    hardware: Hardware | None = None
+    """The calibrated profile ``kernels`` names; None on the GPU profiles."""
+
+
 KERNELS = "kernels"
 STREAM_INTERVAL = "stream interval"
 CUDA_GRAPHS = "CUDA graphs"
+CHUNKED_PREFILL = "chunked prefill"
 
 
-def technique_label(technique: str, full: Deployment) -> str:
+def technique_label(technique: str, full: Deployment, hw: Hardware, baseline: Baseline) -> str:
     if technique == KERNELS:
-        return f"{full.kernels} kernels"
+        return f"{hw.name if baseline.hardware else full.kernels} kernels"
     return f"{technique} {full.stream_interval}" if technique == STREAM_INTERVAL else technique
 
 
 def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
-            full_w: Workload | None = None, baseline_kernels: str | None = None) -> tuple[Deployment, Workload]:
-    """``(d, w)`` with one technique as the full stack has it (``full``), or off (``full`` None)."""
+            full_w: Workload | None = None, baseline: Baseline = Baseline(),
+            context_len: int = 0) -> tuple[Deployment, Workload]:
+    """``(d, w)`` with one technique as the full stack has it (``full``), or off (``full`` None).
+    A calibrated baseline's kernels are its profile, not the deployment's: ``d`` stays as it is.
+    ``context_len``: the model's, the budget of steps without chunked prefill (``Baseline.whole_prompts``)."""
     if technique == KERNELS:
-        return replace(d, kernels=full.kernels if full else baseline_kernels), w
+        return (d, w) if baseline.hardware else (replace(d, kernels=full.kernels if full else baseline.kernels), w)
+    if technique == CHUNKED_PREFILL:
+        if full:
+            return replace(d, chunked_prefill=True, max_num_batched_tokens=full.max_num_batched_tokens), w
+        return replace(d, chunked_prefill=False, max_num_batched_tokens=max(d.max_num_batched_tokens, context_len)), w
     if technique == "expert parallel + attention DP":
         return replace(d, parallel=full.parallel if full else Parallel(tp=d.parallel.devices)), w
     if technique == "MTP":
@@ -80,13 +112,14 @@ def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
     raise ValueError(f"uplift: unknown technique {technique!r}")
 
 
-def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None,
-               baseline_eager: bool = False) -> list[str]:
-    """The techniques the full deployment uses, in table order (its kernels first, against an older
-    ``baseline_kernels`` generation; CUDA graphs next, against an eager baseline)."""
-    used = [KERNELS] if baseline_kernels else []
-    if baseline_eager and d.cuda_graphs:
+def techniques(d: Deployment, w: Workload, baseline: Baseline = Baseline()) -> list[str]:
+    """The techniques the full deployment uses, in table order (its kernels first, against the
+    baseline's; CUDA graphs next, against an eager baseline; chunked prefill against whole prompts)."""
+    used = [KERNELS] if baseline.kernels else []
+    if baseline.eager and d.cuda_graphs:
         used.append(CUDA_GRAPHS)
+    if baseline.whole_prompts and d.chunked_prefill:
+        used.append(CHUNKED_PREFILL)
     if d.parallel.ep > 1 or d.parallel.attention_dp:
         used.append("expert parallel + attention DP")
     if d.mtp_depth:
@@ -103,22 +136,24 @@ def techniques(d: Deployment, w: Workload, baseline_kernels: str | None = None,
 
 
 def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None,
-           baseline_kernels: str | None = None, baseline_eager: bool = False, jobs: int = 1) -> list[Variant]:
+           baseline: Baseline = Baseline(), jobs: int = 1) -> list[Variant]:
     """Baseline, each technique alone, the full stack (when more than one technique);
     ``jobs``: processes (sim/jobs.py)."""
-    used = techniques(full, workload, baseline_kernels, baseline_eager)
+    used = techniques(full, workload, baseline)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
                          "--mtp, --disagg, --cached-tokens, --fused-allreduce, --baseline-kernels, "
-                         "--baseline-eager, --stream-interval); turn some on")
+                         "--baseline-eager, --baseline-whole-prompts, --stream-interval); turn some on")
     base = (full, workload)
     for t in used:
-        base = _switch(*base, t, None, baseline_kernels=baseline_kernels)
-    variants = [(f"baseline ({baseline_kernels} kernels)" if baseline_kernels else "baseline", base)]
-    variants += [(f"+ {technique_label(t, full)}", _switch(*base, t, full, workload)) for t in used]
+        base = _switch(*base, t, None, baseline=baseline, context_len=arch.max_position_embeddings)
+    base_hw = baseline.hardware or hw  # priced by the baseline engine's profile unless its kernels are on
+    variants = [(f"baseline ({baseline.kernels} kernels)" if baseline.kernels else "baseline", base_hw, base)]
+    variants += [(f"+ {technique_label(t, full, hw, baseline)}", hw if t == KERNELS else base_hw,
+                  _switch(*base, t, full, workload, baseline)) for t in used]
     if len(used) > 1:
-        variants.append(("full stack", (full, workload)))
-    return run_all(_variant, [(arch, hw, name, d, w) for name, (d, w) in variants], jobs,
+        variants.append(("full stack", hw, (full, workload)))
+    return run_all(_variant, [(arch, on, name, d, w) for name, on, (d, w) in variants], jobs,
                    on_done=(lambda i, v: progress(1)) if progress else None)
 
 
