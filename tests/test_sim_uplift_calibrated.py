@@ -9,19 +9,15 @@ from dataclasses import replace
 
 import pytest
 from _sim_cli import sim_args
+from _sim_profiles import BASE, FULL
 
 from tokenmill.cli import main
 from tokenmill.sim.cli import cmd_sim
 from tokenmill.sim.cost import Parallel
-from tokenmill.sim.hardware import Efficiency, Hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.uplift import Baseline, techniques, uplift
 
-FULL = Hardware(name="fast-engine", memory_bytes=24e9, memory_bw=2e10, flops={"bf16": 4e11}, interconnect_bw=1e9,
-                scale_up_size=1, scale_out_bw=1e9, default_precision="bf16", price_per_hour=0.1, overlap=False,
-                kv_cache_bytes=2**30, efficiency=Efficiency(memory=0.8, gemm=0.5, step_overhead_s=1e-3))
-BASE = replace(FULL, name="torch-engine", efficiency=Efficiency(memory=0.5, gemm=0.25, step_overhead_s=4e-3))
 WORKLOAD = ("--model", "smollm2-135m", "--scenario", "offline", "--isl", "384", "--osl", "16", "--num-requests",
             "24", "--max-num-seqs", "8", "--max-num-batched-tokens", "256")
 

@@ -143,7 +143,22 @@ def _workload(args: argparse.Namespace, model: str):
     isl, osl, osl_max = _lengths(args)
     return Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
                     preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
-                    duration_s=_duration(args), min_queries=_min_queries(args), num_samples=args.num_samples)
+                    duration_s=_duration(args), min_queries=_min_queries(args), num_samples=args.num_samples,
+                    shared_prefix=_shared_prefix(args.shared_prefix))
+
+
+def _shared_prefix(text: str | None) -> tuple[int, int] | None:
+    """--shared-prefix N:TOKENS -> (N, TOKENS); ValueError naming the flag."""
+    if text is None:
+        return None
+    groups, _, tokens = text.partition(":")
+    try:
+        parsed = int(groups), int(tokens)
+    except ValueError:
+        raise ValueError(f"--shared-prefix: N:TOKENS (prefixes and their tokens), got {text!r}") from None
+    if min(parsed) < 1:
+        raise ValueError(f"--shared-prefix: N:TOKENS, both >= 1, got {text!r}")
+    return parsed
 
 
 def _duration(args: argparse.Namespace) -> float | None:
@@ -334,6 +349,8 @@ def _table(f: dict) -> str:
         span = max(c["duration_s"], f["requests_simulated"] / f["qps"]) if c.get("min_queries") else c["duration_s"]
         timed = f" ({span:,.0f} s of arrivals)"
     lines.append(f"  requests           {f['requests_simulated']:,}{timed}")
+    if f.get("prefix_cache_hit_rate"):
+        lines.append(f"  prefix-cache hits  {f['prefix_cache_hit_rate']:.1%} of prompt tokens")
     lines.append(f"  TTFT p50 / p99     {f['ttft_ms']['p50']:,.1f} / {f['ttft_ms']['p99']:,.1f} ms")
     if f["tpot_ms"] is not None:
         lines.append(f"  TPOT p50 / p99     {f['tpot_ms']['p50']:,.2f} / {f['tpot_ms']['p99']:,.2f} ms")

@@ -141,8 +141,9 @@ def _add_uplift_args(g) -> None:
     g.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the deployment above (the full stack) against the same "
                         "GPUs with every technique it uses switched off (--ep/--attention-dp, --mtp, --disagg, "
-                        "--cached-tokens, --fused-allreduce; the kernels with --baseline-kernels, CUDA graphs "
-                        "with --baseline-eager), and each switched on alone; a table of tokens/s per GPU and "
+                        "--cached-tokens/--shared-prefix, --fused-allreduce; the kernels with --baseline-kernels, "
+                        "CUDA graphs with --baseline-eager, chunked prefill with --baseline-whole-prompts), and "
+                        "each switched on alone; a table of tokens/s per GPU and "
                         "latencies. With none of them given, the full stack is assumed: MTP 3 for a model with an "
                         "MTP module, CUDA graphs against eager steps on the GPU profiles, v6.0 kernels against "
                         "v5.1 for DeepSeek-R1 on Blackwell, GEMM + all-reduce fusion under tensor parallel")
@@ -242,6 +243,11 @@ def _add_workload_args(w) -> None:
                         "(offline) or queries (server/interactive), LoadGen's min_query_count, the whole "
                         "deployment's; published MLPerf runs set 100,000+ (sim validate runs each log's own count)")
     w.add_argument("--cached-tokens", type=int, default=0, help="prompt tokens each request finds in the prefix cache")
+    w.add_argument("--shared-prefix", default=None, metavar="N:TOKENS",
+                   help="the prompts start with N shared prefixes (system prompts) of TOKENS tokens, in turn, as "
+                        "`tokenmill bench --workload shared-prefix`: a prompt hits its prefix once a replica has "
+                        "computed it, so hits follow the schedule, and the kv router sends a prefix back where it "
+                        "is cached")
     w.add_argument("--num-samples", type=int, default=None, metavar="N",
                    help="server/interactive: each query draws one of N samples, as LoadGen draws from its sample "
                         "set (`tokenmill bench --num-samples`; the synthetic workload's default 256), and a sample "

@@ -34,7 +34,7 @@ queueing, as a client measures it. Every replica of both pools is simulated
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -104,8 +104,8 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
         busy += result.busy_s
         return result
 
-    first[:] = run([SimRequest(r.arrival_s, r.prompt_tokens, 1, r.cached_tokens) for r in requests],
-                   split.prefill_replicas, prefill).first_token_s
+    prefilled = run([replace(r, output_tokens=1) for r in requests], split.prefill_replicas, prefill)
+    first[:] = prefilled.first_token_s
     finish[outputs == 1] = first[outputs == 1]
 
     rest = np.flatnonzero(outputs > 1)
@@ -115,7 +115,9 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
         finish[rest] = run([SimRequest(float(t), c, int(outputs[i]) - 1, c) for i, t, c in zip(rest, handoff, context)],
                            split.decode_replicas, decode).finish_s
     steps, preemptions, seqs, tokens = (int(v) for v in totals)
-    return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, busy)
+    # The prefix cache's counters are the prefill pool's: the decode pool receives each KV whole.
+    return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, busy,
+                     prefilled.prefix_hit_tokens, prefilled.prefix_query_tokens)
 
 
 def transfer_time(arch, hw: Hardware, d: Deployment):

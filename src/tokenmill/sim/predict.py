@@ -219,6 +219,9 @@ class Workload:
     """server / interactive with ``duration_s``: the QPS (the whole deployment's) the peak
     search starts from, e.g. a neighbouring configuration's peak; None: the Offline request
     rate of ``num_requests`` requests (one more run)."""
+    shared_prefix: tuple[int, int] | None = None
+    """(N, TOKENS): the prompts start with N shared prefixes of TOKENS tokens, in turn, each hit once a
+    replica has computed it (sim/scenarios.py ``with_shared_prefixes``); None: no shared prefixes."""
 
     def lengths(self):
         """(prompt lengths, output lengths) for sim/scenarios.py: ints, or draws from ``dataset``."""
@@ -475,9 +478,11 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "disagg": split_figures(d, decode_blocks) if d.disagg else None,
                    "scenario": w.scenario, "isl": w.isl, "osl": w.osl, "dataset": w.dataset,
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
-                   "num_samples": w.num_samples,
+                   "num_samples": w.num_samples, "cached_tokens": w.cached_tokens,
+                   "shared_prefix": list(w.shared_prefix) if w.shared_prefix else None,
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
+        "prefix_cache_hit_rate": result.prefix_cache_hit_rate,
         "requests_simulated": round(len(result.arrival_s) * share),
     }

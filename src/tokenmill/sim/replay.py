@@ -15,7 +15,10 @@ prompts by default. A query whose sample was issued before is replayed with
 its whole prompt cached (the simulator keeps at least one block to compute,
 as the engine does) unless ``prefix_caching`` is off; eviction is not
 modelled, so the replay's hits are an upper bound (the run's own measured hit
-rate is printed beside them).
+rate is printed beside them). A run of the shared-prefix workload (`tokenmill bench --workload
+shared-prefix`) is replayed with its prefixes too: sample i starts with system prompt i mod
+``num_prefixes``, as that workload lays its samples out, of ``prefix_len`` tokens, hit once the
+replica computed it (sim/serving.py ``SimRequest.prefix_group``).
 """
 
 from __future__ import annotations
@@ -53,13 +56,17 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
     done = [q for q in done if q.generated_tokens >= 1 and q.prompt_tokens >= 1]
     if not done:
         raise ValueError(f"--replay: {path} holds no successful query with its prompt and output token counts")
+    params = result.workload.get("params", {})
+    prefixes = params["num_prefixes"] if prefix_caching and params.get("workload") == "shared-prefix" else 0
     t0, seen, repeats, requests = done[0].issued_s, set(), 0, []
     for q in done:
         repeat = q.sample_index in seen
         seen.add(q.sample_index)
         repeats += repeat
         cached = q.prompt_tokens if repeat and prefix_caching else 0
-        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, cached))
+        shared = {"prefix_group": q.sample_index % prefixes,
+                  "prefix_tokens": min(params["prefix_len"], q.prompt_tokens)} if prefixes else {}
+        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, cached, **shared))
     return Trace(tuple(requests), result, len(result.queries) - len(done), repeats)
 
 
@@ -90,6 +97,8 @@ def comparison_table(trace: Trace, simulated: dict) -> str:
         lines.append(f"| {name} | {a:,.1f}{unit} | {b:,.1f}{unit} | {ratio} |")
 
     row("output tokens/s", measured["tokens_per_s"], simulated["tokens_per_s"], "")
+    if hit is not None:
+        row("prefix-cache hit rate", hit * 100, simulated["prefix_cache_hit_rate"] * 100, "%")
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         for pct in ("p50", "p99"):
             m, s = measured[key], simulated[key]

@@ -2,12 +2,13 @@
 of our cluster's router (``tokenmill serve --router``) of the same name:
 
 - ``kv`` (the default, cluster/router/policies/kv.py): the worker of lowest cost,
-  where cost = the prompt blocks it would compute there (less the prefix it already
-  caches) + the worker's load, the larger of the KV blocks its running requests hold
-  and the prompt blocks of the requests routed to it that have not finished. The
-  simulation's prefix hits (``cached_tokens``) are an input that every replica sees
-  alike, so the first term is the same on every replica and the rule is: least load
-  wins, ties to the lowest index.
+  where cost = its overlap weight (4) x the prompt blocks it would compute there (less
+  the prefix it already caches) + the worker's load, the larger of the KV blocks its
+  running requests hold and the prompt blocks of the requests routed to it that have
+  not finished; ties to the lowest index. A hit given up front (``cached_tokens``) is
+  the same on every replica; a shared prefix (``prefix_group``) is cached where a
+  replica computed it, so the first term sends its requests back there unless the
+  load there outweighs it.
 - ``least-loaded`` (policies/least_loaded.py): the fewest requests routed to it and
   not finished, then the fewest KV blocks in use. This is also what NVIDIA's MLPerf
   harness does by default for Server (llmlib ``load_balancing``: the core with the
@@ -42,6 +43,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
+from tokenmill.cluster.router.policies.kv import DEFAULT_OVERLAP_WEIGHT
 from tokenmill.sim.pipeline import FlowShop
 from tokenmill.sim.serving import ReplicaSim, SimConfig, SimRequest, StepTime
 from tokenmill.sim.sim_result import SimResult
@@ -92,7 +94,7 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
             break
         if r_step is None or t_arrival <= t:
             i = order[nxt]
-            r = choose()
+            r = choose(i)
             if not sims[r].has_work():
                 clock[r] = max(clock[r], t_arrival)  # an idle replica starts its next step at the arrival
             sims[r].waiting.append(i)
@@ -111,19 +113,25 @@ def simulate_routed(requests: Iterable[SimRequest], replicas: int, step_time: St
 
 def _chooser(policy: str, replicas: int, config: SimConfig, sims: list[ReplicaSim], routed: np.ndarray,
              pending: np.ndarray):
-    """A function picking the next arrival's replica from the replicas' states now (ties: lowest index)."""
+    """A function picking request i's replica from the replicas' states now (ties: lowest index)."""
     def used(r: int) -> int:
         return config.num_kv_blocks - sims[r].free
 
+    if policy == "kv" and not sims[0].grouped:  # the first term is the same on every replica: load decides
+        return lambda i: min(range(replicas), key=lambda r: max(used(r), int(routed[r])))
     if policy == "kv":
-        return lambda: min(range(replicas), key=lambda r: max(used(r), int(routed[r])))
+        def uncached(i: int, r: int) -> int:  # blocks of request i's prompt not cached on replica r
+            return -(-int(sims[r].prompt[i]) // config.block_size) - sims[r].prefix_hit(i) // config.block_size
+
+        return lambda i: min(range(replicas), key=lambda r: DEFAULT_OVERLAP_WEIGHT * uncached(i, r)
+                             + max(used(r), int(routed[r])))
     if policy == "least-loaded":
-        return lambda: min(range(replicas), key=lambda r: (int(pending[r]), used(r)))
+        return lambda i: min(range(replicas), key=lambda r: (int(pending[r]), used(r)))
     if policy == "round-robin":
         turn = itertools.count()
-        return lambda: next(turn) % replicas
+        return lambda i: next(turn) % replicas
     rng = np.random.default_rng(0)
-    return lambda: int(rng.integers(replicas))
+    return lambda i: int(rng.integers(replicas))
 
 
 def _merged(sims: list[ReplicaSim], owner: np.ndarray) -> SimResult:
@@ -134,4 +142,4 @@ def _merged(sims: list[ReplicaSim], owner: np.ndarray) -> SimResult:
         first[mine], finish[mine], gen[mine] = sim.first[mine], sim.finish[mine], sim.gen[mine]
     return SimResult(sims[0].arrival, first, finish, gen, sum(s.steps for s in sims),
                      sum(s.preemptions for s in sims), sum(s.seqs for s in sims), sum(s.tokens for s in sims),
-                     sum(s.busy for s in sims))
+                     sum(s.busy for s in sims), sum(s.hit_tokens for s in sims), sum(s.query_tokens for s in sims))

@@ -18,8 +18,9 @@ from tokenmill.sim.scenarios import (
     limits_s,
     offline_requests,
     server_requests,
-    single_stream,
+    single_stream_of,
     with_sample_repeats,
+    with_shared_prefixes,
 )
 from tokenmill.sim.serving import SimConfig, SimRequest, StepTime
 from tokenmill.sim.sim_result import SimResult
@@ -48,7 +49,7 @@ def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_req
     isl, osl = w.lengths()
 
     def offline_run(n: int) -> SimResult:
-        return run(offline_requests(n, isl, osl, cached_tokens=w.cached_tokens))
+        return run(_shared(w, offline_requests(n, isl, osl, cached_tokens=w.cached_tokens)))
 
     if w.scenario == "offline":
         least = math.ceil((w.min_queries or 0) / share) if w.duration_s is not None else 0
@@ -64,7 +65,8 @@ def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_req
             result = offline_run(n)
         return result, None
     if w.scenario == "singlestream":
-        return single_stream(min(w.num_requests, 64), isl, osl, seconds, config), None
+        requests = offline_requests(min(w.num_requests, 64), isl, osl, cached_tokens=w.cached_tokens)
+        return single_stream_of(_shared(w, requests), seconds, config), None
 
     def arrivals(q: float) -> list[SimRequest]:
         return server_arrivals(w, q, num_requests, share)
@@ -98,7 +100,13 @@ def server_arrivals(w: Workload, qps: float, num_requests: int, share: float) ->
         least = math.ceil((w.min_queries or 0) / share)
         drawn = server_requests(qps, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
                                 min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
+    drawn = _shared(w, drawn)
     return with_sample_repeats(drawn, w.num_samples) if w.num_samples else drawn
+
+
+def _shared(w: Workload, requests: list[SimRequest]) -> list[SimRequest]:
+    """``requests`` with ``w``'s shared prefixes, where it has them."""
+    return with_shared_prefixes(requests, *w.shared_prefix) if w.shared_prefix else requests
 
 
 @contextmanager

@@ -75,11 +75,22 @@ def with_sample_repeats(requests: Sequence[SimRequest], num_samples: int, seed: 
             earlier = first[pick]
             request = dataclasses.replace(request, prompt_tokens=earlier.prompt_tokens,
                                           output_tokens=earlier.output_tokens,
-                                          cached_tokens=earlier.prompt_tokens)
+                                          cached_tokens=earlier.prompt_tokens, prefix_group=earlier.prefix_group,
+                                          prefix_tokens=earlier.prefix_tokens)
         else:
             first[pick] = request
         out.append(request)
     return out
+
+
+def with_shared_prefixes(requests: Sequence[SimRequest], groups: int, tokens: int) -> list[SimRequest]:
+    """``requests`` with their prompts starting with one of ``groups`` shared prefixes of ``tokens``
+    tokens each (at most the prompt), in turn, as `tokenmill bench --workload shared-prefix` lays its
+    samples out (a hit once the replica has computed the prefix: serving.py ``SimRequest.prefix_group``)."""
+    if groups < 1 or tokens < 1:
+        raise ValueError(f"--shared-prefix: N:TOKENS, both >= 1, got {groups}:{tokens}")
+    return [dataclasses.replace(r, prefix_group=i % groups, prefix_tokens=min(tokens, r.prompt_tokens))
+            for i, r in enumerate(requests)]
 
 
 def offline_requests(num_requests: int, isl: Lengths, osl: Lengths, seed: int = 0,
@@ -129,8 +140,13 @@ def single_stream(num_requests: int, isl: Lengths, osl: Lengths, step_time: Step
     query in the step after the last one finished, as the closed loop issues
     it), with each query's arrival set to its predecessor's finish.
     MLPerf judges its p90 latency: ``result.e2e_s``."""
-    result = simulate(offline_requests(num_requests, isl, osl, seed), step_time,
-                      dataclasses.replace(config, max_num_seqs=1))
+    return single_stream_of(offline_requests(num_requests, isl, osl, seed), step_time, config)
+
+
+def single_stream_of(requests: list[SimRequest], step_time: StepTime, config: SimConfig) -> SimResult:
+    """``single_stream`` of these requests (their arrivals are ignored), in their order."""
+    requests = [dataclasses.replace(r, arrival_s=0.0) for r in requests]
+    result = simulate(requests, step_time, dataclasses.replace(config, max_num_seqs=1))
     issued = np.concatenate([[0.0], np.sort(result.finish_s)[:-1]])
     order = np.argsort(result.finish_s, kind="stable")  # finishing order = issue order (FIFO, one at a time)
     arrival = np.empty_like(issued)

@@ -38,12 +38,20 @@ verification adds ``tokens_per_step`` to the request's credit and emits
 2.4 emits 2, 2, 3, 2, 3, ... Deterministic, so a run is reproducible and two
 configurations compare without sampling noise.
 
+Prefix hits: ``cached_tokens`` is a hit given up front; a request of a shared
+prefix (``prefix_group``, e.g. one system prompt) also hits as much of its
+``prefix_tokens`` as the replica has computed for that group in steps that have
+ended (whole blocks), as ``KVCacheManager.find_prefix`` finds the blocks an
+earlier request of the prefix filled, running or finished. So whether a prompt
+hits depends on the schedule: prompts of one prefix admitted into the same step
+all miss, and a small step budget (chunked prefill) lets later ones hit.
+
 What the simulation does not model: prefix sharing between live requests
-(``cached_tokens`` is a hit at admission whose blocks are counted as the
-request's own: exact when no running request holds them, an upper bound on
-KV use otherwise), prefix hits on a preempted request's own blocks (a
-recompute starts again from ``cached_tokens``), stop tokens (every request
-produces exactly ``output_tokens``), and time spent outside steps (but for
+(a hit's blocks are counted as the request's own: exact when no running request
+holds them, an upper bound on KV use otherwise), eviction from the prefix cache
+(a prefix once computed stays), prefix hits on a preempted request's own blocks
+(a recompute starts again from its hit), stop tokens (every request produces
+exactly ``output_tokens``), and time spent outside steps (but for
 ``host_path``'s delivery).
 
 State lives in per-request numpy arrays; a step costs a few vectorized
@@ -78,6 +86,10 @@ class SimRequest:
     cached_tokens: int = 0
     """Prompt tokens the prefix cache holds at admission; rounded down to whole
     blocks and never the whole prompt, as KVCacheManager.find_prefix does."""
+    prefix_group: int = -1
+    """The shared prefix its prompt starts with (>= 0; e.g. a system prompt), or -1: none."""
+    prefix_tokens: int = 0
+    """Tokens of that prefix: hit as far as the replica has computed them (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -149,10 +161,13 @@ class ReplicaSim:
         self.prompt = np.array([r.prompt_tokens for r in requests], dtype=np.int64)
         self.out_n = np.array([r.output_tokens for r in requests], dtype=np.int64)
         cached = np.array([r.cached_tokens for r in requests], dtype=np.int64)
+        self.group = np.array([r.prefix_group for r in requests], dtype=np.int64)
+        self.prefix = np.array([r.prefix_tokens for r in requests], dtype=np.int64)
         self._validate(cached)
-        bs = cfg.block_size
-        blocks = cached // bs
-        self.cached = np.where(blocks * bs >= self.prompt, blocks - 1, blocks) * bs  # keep >= 1 token to compute
+        self.cached = self._whole_blocks(cached)
+        self.grouped = bool((self.group >= 0).any())
+        self.group_done = np.zeros(int(self.group.max()) + 1, dtype=np.int64)
+        """Per shared prefix, its tokens this replica has computed (prefix_group's hit)."""
         n = len(requests)
         self.ntok = self.prompt.copy()  # prompt + output so far
         self.computed = np.zeros(n, dtype=np.int64)
@@ -167,6 +182,7 @@ class ReplicaSim:
         self.waiting: deque[int] = deque()
         self.preemptions = 0
         self.steps = self.seqs = self.tokens = self.idle_steps = 0
+        self.hit_tokens = self.query_tokens = 0  # the prefix cache's counters (SimResult)
         self.busy = 0.0
         self.finished_last_step = _EMPTY
         """Requests the last step finished (sim/routed.py subtracts their load)."""
@@ -187,6 +203,8 @@ class ReplicaSim:
             raise ValueError("prompt_tokens and output_tokens: must be >= 1")
         if cached.min() < 0 or np.any(cached > self.prompt):
             raise ValueError("cached_tokens: must be in [0, prompt_tokens]")
+        if self.group.min() < -1 or np.any(self.prefix < 0) or np.any(self.prefix > self.prompt):
+            raise ValueError("prefix_group: must be >= -1, and prefix_tokens in [0, prompt_tokens]")
         # The longest allocation covers every position but the last token's
         # (drafts are capped by the output left): prompt + output - 1.
         need = -(-(self.prompt + self.out_n - 1) // cfg.block_size)
@@ -196,6 +214,21 @@ class ReplicaSim:
         if not cfg.chunked_prefill and self.prompt.max() > cfg.max_num_batched_tokens:
             raise ValueError(f"prompt_tokens: {self.prompt.max()} exceeds max_num_batched_tokens "
                              f"{cfg.max_num_batched_tokens} without chunked prefill")
+
+    def _whole_blocks(self, hit: np.ndarray, r: np.ndarray | int = slice(None)) -> np.ndarray:
+        """Hits rounded down to whole blocks, each leaving at least one prompt token to compute."""
+        bs = self.cfg.block_size
+        blocks = hit // bs
+        return np.where(blocks * bs >= self.prompt[r], blocks - 1, blocks) * bs
+
+    def prefix_hit(self, r: int) -> int:
+        """Prompt tokens request ``r`` finds cached here now (its own hit or its shared prefix's)."""
+        hit = int(self.cached[r])
+        g = int(self.group[r])
+        if g >= 0:
+            shared = min(int(self.group_done[g]), int(self.prefix[r]))
+            hit = max(hit, int(self._whole_blocks(np.int64(shared), r)))
+        return hit
 
     # ---- the loop ----
 
@@ -243,7 +276,7 @@ class ReplicaSim:
 
     def result(self) -> SimResult:
         return SimResult(self.arrival, self.first, self.finish, self.gen, self.steps, self.preemptions,
-                         self.seqs, self.tokens, self.busy)
+                         self.seqs, self.tokens, self.busy, self.hit_tokens, self.query_tokens)
 
     # ---- schedule (Scheduler.schedule) ----
 
@@ -367,7 +400,7 @@ class ReplicaSim:
             r = self.waiting[0]
             if self.arrival[r] > self.cutoff:
                 break
-            cached = int(self.cached[r])
+            cached = self.prefix_hit(r) if self.grouped else int(self.cached[r])
             pending = int(self.ntok[r]) - cached
             num = min(pending, budget)
             if not cfg.chunked_prefill and num < pending and (num_scheduled or out):
@@ -376,6 +409,8 @@ class ReplicaSim:
             if need > self.free:
                 break
             self.waiting.popleft()
+            self.hit_tokens += cached
+            self.query_tokens += int(self.ntok[r])
             self.computed[r] = cached
             self.held[r] = need
             self.free -= need
@@ -416,6 +451,10 @@ class ReplicaSim:
             computed = start + num
             emitted = emitting = computed == ntok
             self.computed[ids] = computed
+        if self.grouped:  # the shared prefixes this step computed
+            g = self.group[ids]
+            mine = g >= 0
+            np.maximum.at(self.group_done, g[mine], np.minimum(self.computed[ids][mine], self.prefix[ids][mine]))
         gen_before = self.gen[ids]
         gen_after = gen_before + emitted
         self.gen[ids] = gen_after

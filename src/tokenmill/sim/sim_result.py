@@ -29,6 +29,14 @@ class SimResult:
     """Rows computed, summed over steps."""
     busy_s: float
     """Time spent in steps (the rest of the duration the engine sat idle)."""
+    prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
+    """Prompt tokens found cached and looked up at admissions, as the engine's counters count them
+    (KVCacheManager.find_prefix: the tokens a recompute looks up too)."""
+
+    @property
+    def prefix_cache_hit_rate(self) -> float:
+        return self.prefix_hit_tokens / self.prefix_query_tokens if self.prefix_query_tokens else 0.0
 
     @property
     def ttft_s(self) -> np.ndarray:

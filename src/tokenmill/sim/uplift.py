@@ -14,7 +14,7 @@ turn them on:
   token per decode step;
 - disaggregated prefill/decode (``--disagg P:D``): off, the same GPUs as
   aggregated replicas;
-- prefix caching (``--cached-tokens``): off, every prompt computed whole;
+- prefix caching (``--cached-tokens``, ``--shared-prefix``): off, every prompt computed whole;
 - GEMM + all-reduce fusion (``--fused-allreduce``): off, the tensor-parallel
   all-reduces run between layers;
 - newer kernels, when ``--baseline-kernels`` names an older generation
@@ -102,7 +102,8 @@ def _switch(d: Deployment, w: Workload, technique: str, full: Deployment | None,
     if technique == "disaggregation":
         return replace(d, disagg=full.disagg if full else None), w
     if technique == "prefix caching":
-        return d, replace(w, cached_tokens=full_w.cached_tokens if full else 0)
+        return d, replace(w, cached_tokens=full_w.cached_tokens if full else 0,
+                          shared_prefix=full_w.shared_prefix if full else None)
     if technique == "GEMM + all-reduce fusion":
         return replace(d, fused_allreduce=bool(full and full.fused_allreduce)), w
     if technique == STREAM_INTERVAL:
@@ -126,7 +127,7 @@ def techniques(d: Deployment, w: Workload, baseline: Baseline = Baseline()) -> l
         used.append("MTP")
     if d.disagg:
         used.append("disaggregation")
-    if w.cached_tokens:
+    if w.cached_tokens or w.shared_prefix:
         used.append("prefix caching")
     if d.fused_allreduce:
         used.append("GEMM + all-reduce fusion")
@@ -142,7 +143,7 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
     used = techniques(full, workload, baseline)
     if not used:
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
-                         "--mtp, --disagg, --cached-tokens, --fused-allreduce, --baseline-kernels, "
+                         "--mtp, --disagg, --cached-tokens, --shared-prefix, --fused-allreduce, --baseline-kernels, "
                          "--baseline-eager, --baseline-whole-prompts, --stream-interval); turn some on")
     base = (full, workload)
     for t in used:
@@ -174,21 +175,24 @@ def table(variants: list[Variant]) -> str:
     search met the limits at no rate says so, and ratios against such a baseline are left out."""
     first = variants[0].figures
     base = first["tokens_per_s_per_gpu"] if first and not _meets_no_rate(first) else None
-    lines = ["| variant | tokens/s per GPU | x baseline | TTFT p99 (ms) | TPOT p99 (ms) | QPS |",
-             "|---|---|---|---|---|---|"]
+    hits = any(v.figures and v.figures.get("prefix_cache_hit_rate") for v in variants)  # a column where any hit
+    lines = ["| variant | tokens/s per GPU | x baseline | TTFT p99 (ms) | TPOT p99 (ms) | QPS |"
+             + (" prefix hits |" if hits else ""), "|---|---|---|---|---|---|" + ("---|" if hits else "")]
     for v in variants:
+        blank = " |" if hits else ""
         if v.figures is None:
-            lines.append(f"| {v.name} | does not run: {v.error} | | | | |")
+            lines.append(f"| {v.name} | does not run: {v.error} | | | | |{blank}")
             continue
         f = v.figures
         if _meets_no_rate(f):
             tpot = f", TPOT p99 {f['tpot_ms']['p99']:,.1f} ms" if f["tpot_ms"] else ""
             lines.append(f"| {v.name} | no QPS meets the p99 limits (at the lowest tried: TTFT p99 "
-                         f"{f['ttft_ms']['p99']:,.1f} ms{tpot}) | - | | | 0 |")
+                         f"{f['ttft_ms']['p99']:,.1f} ms{tpot}) | - | | | 0 |{blank}")
             continue
         ratio = f"{f['tokens_per_s_per_gpu'] / base:.2f}x" if base else "-"
         tpot = f"{f['tpot_ms']['p99']:,.1f}" if f["tpot_ms"] else "-"
         qps = f"{f['qps']:,.2f}" if f["qps"] is not None else "-"
+        hit = f" {f['prefix_cache_hit_rate']:.1%} |" if hits else ""
         lines.append(f"| {v.name} | {f['tokens_per_s_per_gpu']:,.0f} | {ratio} | {f['ttft_ms']['p99']:,.1f} | "
-                     f"{tpot} | {qps} |")
+                     f"{tpot} | {qps} |{hit}")
     return "\n".join(lines)
