@@ -44,6 +44,24 @@ def test_a_prompt_hits_its_prefix_once_an_earlier_step_computed_it():
     assert whole.prefix_hit_tokens == 48
 
 
+def test_a_small_cache_evicts_the_least_recently_used_prefix_from_its_end():
+    # 7 blocks a request (100 prompt tokens + 1), 4 of them its prefix. Prefixes 0, 1, 2, then 0 again, each
+    # after the last finished: with 16 blocks the third request's allocation eats the end of prefix 0's
+    # blocks (released before prefix 1's), and the fourth finds what is left, 2 blocks.
+    requests = _grouped([0, 10, 20, 30], [0, 1, 2, 0])
+    small = simulate(requests, step_s, SimConfig(max_num_seqs=4, max_num_batched_tokens=4096, num_kv_blocks=16))
+    large = simulate(requests, step_s, CONFIG)
+    assert (small.prefix_hit_tokens, large.prefix_hit_tokens) == (2 * 16, 64)
+    # A prefix held by a running request is counted once: two requests of one prefix (9 blocks each by
+    # their end) run side by side in 9 + 5 blocks, where two copies outgrow the 14 and one is preempted.
+    side = _grouped([0, 0.05], [0, 0], output=40)
+    fits = simulate(side, step_s, SimConfig(max_num_seqs=4, max_num_batched_tokens=4096, num_kv_blocks=14))
+    assert fits.preemptions == 0 and fits.prefix_hit_tokens == 64 and fits.ttft_s[1] < 0.05
+    apart = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, cached_tokens=64) for r in side]
+    waits = simulate(apart, step_s, SimConfig(max_num_seqs=4, max_num_batched_tokens=4096, num_kv_blocks=14))
+    assert waits.preemptions > 0  # an up-front hit's blocks are the request's own
+
+
 def test_hits_shorten_the_steps_that_follow():
     hit = simulate(_grouped([0, 10], [0, 0], prompt=1000, prefix=960, output=1), step_s, CONFIG)
     miss = simulate(_grouped([0, 10], [0, 1], prompt=1000, prefix=960, output=1), step_s, CONFIG)

@@ -247,7 +247,7 @@ def _add_workload_args(w) -> None:
                    help="the prompts start with N shared prefixes (system prompts) of TOKENS tokens, in turn, as "
                         "`tokenmill bench --workload shared-prefix`: a prompt hits its prefix once a replica has "
                         "computed it, so hits follow the schedule, and the kv router sends a prefix back where it "
-                        "is cached")
+                        "is cached (least recently used prefixes evicted first)")
     w.add_argument("--num-samples", type=int, default=None, metavar="N",
                    help="server/interactive: each query draws one of N samples, as LoadGen draws from its sample "
                         "set (`tokenmill bench --num-samples`; the synthetic workload's default 256), and a sample "

@@ -39,19 +39,15 @@ verification adds ``tokens_per_step`` to the request's credit and emits
 configurations compare without sampling noise.
 
 Prefix hits: ``cached_tokens`` is a hit given up front; a request of a shared
-prefix (``prefix_group``, e.g. one system prompt) also hits as much of its
-``prefix_tokens`` as the replica has computed for that group in steps that have
-ended (whole blocks), as ``KVCacheManager.find_prefix`` finds the blocks an
-earlier request of the prefix filled, running or finished. So whether a prompt
-hits depends on the schedule: prompts of one prefix admitted into the same step
-all miss, and a small step budget (chunked prefill) lets later ones hit.
+prefix (``prefix_group``) also hits what the replica holds of it when admitted,
+its blocks shared and evicted as the engine's block pool does (sim/prefix_cache.py):
+the hit rate follows the schedule and the cache.
 
-What the simulation does not model: prefix sharing between live requests
-(a hit's blocks are counted as the request's own: exact when no running request
-holds them, an upper bound on KV use otherwise), eviction from the prefix cache
-(a prefix once computed stays), prefix hits on a preempted request's own blocks
-(a recompute starts again from its hit), stop tokens (every request produces
-exactly ``output_tokens``), and time spent outside steps (but for
+What the simulation does not model: sharing of an up-front hit (``cached_tokens``
+blocks are counted as the request's own: exact when no running request holds
+them, an upper bound on KV use otherwise), prefix hits on a preempted request's
+own blocks (a recompute starts again from its hit), stop tokens (every request
+produces exactly ``output_tokens``), and time spent outside steps (but for
 ``host_path``'s delivery).
 
 State lives in per-request numpy arrays; a step costs a few vectorized
@@ -70,6 +66,7 @@ import numpy as np
 
 from tokenmill.sim.adp_balance import AdpBalance, AdpGate
 from tokenmill.sim.host_path import HostPath, HostQueue
+from tokenmill.sim.prefix_cache import PrefixHits, SharedPrefixes
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 from tokenmill.sim.sim_result import SimResult
 
@@ -89,7 +86,7 @@ class SimRequest:
     prefix_group: int = -1
     """The shared prefix its prompt starts with (>= 0; e.g. a system prompt), or -1: none."""
     prefix_tokens: int = 0
-    """Tokens of that prefix: hit as far as the replica has computed them (module docstring)."""
+    """Tokens of that prefix: hit as far as the replica holds them (sim/prefix_cache.py)."""
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,7 @@ class _Step:
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
-class ReplicaSim:
+class ReplicaSim(PrefixHits):
     """One replica's scheduler state over a list of requests: ``run`` feeds them by
     arrival time (``simulate``); sim/routed.py feeds each its routed ones and steps
     the replicas in time order (``has_work``, ``step``, ``result``)."""
@@ -166,8 +163,9 @@ class ReplicaSim:
         self._validate(cached)
         self.cached = self._whole_blocks(cached)
         self.grouped = bool((self.group >= 0).any())
-        self.group_done = np.zeros(int(self.group.max()) + 1, dtype=np.int64)
-        """Per shared prefix, its tokens this replica has computed (prefix_group's hit)."""
+        self.prefixes = SharedPrefixes(cfg.num_kv_blocks, int(self.group.max()) + 1) if self.grouped else None
+        self.shared = np.zeros(len(requests), dtype=np.int64)
+        """Blocks of its shared prefix a request holds (counted in ``held``, not its own: sim/prefix_cache.py)."""
         n = len(requests)
         self.ntok = self.prompt.copy()  # prompt + output so far
         self.computed = np.zeros(n, dtype=np.int64)
@@ -214,21 +212,6 @@ class ReplicaSim:
         if not cfg.chunked_prefill and self.prompt.max() > cfg.max_num_batched_tokens:
             raise ValueError(f"prompt_tokens: {self.prompt.max()} exceeds max_num_batched_tokens "
                              f"{cfg.max_num_batched_tokens} without chunked prefill")
-
-    def _whole_blocks(self, hit: np.ndarray, r: np.ndarray | int = slice(None)) -> np.ndarray:
-        """Hits rounded down to whole blocks, each leaving at least one prompt token to compute."""
-        bs = self.cfg.block_size
-        blocks = hit // bs
-        return np.where(blocks * bs >= self.prompt[r], blocks - 1, blocks) * bs
-
-    def prefix_hit(self, r: int) -> int:
-        """Prompt tokens request ``r`` finds cached here now (its own hit or its shared prefix's)."""
-        hit = int(self.cached[r])
-        g = int(self.group[r])
-        if g >= 0:
-            shared = min(int(self.group_done[g]), int(self.prefix[r]))
-            hit = max(hit, int(self._whole_blocks(np.int64(shared), r)))
-        return hit
 
     # ---- the loop ----
 
@@ -345,7 +328,7 @@ class ReplicaSim:
             j = int(np.searchsorted(cum, self.free, side="right"))
             self.held[ids[:j]] += need[:j]
             taken = int(cum[j - 1]) if j else 0
-        self.free -= taken
+        self._take(taken)
         drafts = np.maximum(num - real, 0) if self.cfg.draft_tokens else self.zeros[:k]
         head = _Step(ids, start, num, drafts) if j == k else _Step(ids[:j], start[:j], num[:j], drafts[:j])
         if j < k:  # request j is short of blocks: go on one by one, preempting
@@ -375,7 +358,7 @@ class ReplicaSim:
                     break
             else:
                 self.held[r] += need
-                self.free -= need
+                self._take(need)
                 out.append((r, start, num, max(num - real, 0)))
                 budget -= num
                 i += 1
@@ -385,8 +368,7 @@ class ReplicaSim:
                      preempted=preempted)
 
     def _preempt(self, r: int) -> None:
-        self.free += int(self.held[r])
-        self.held[r] = 0
+        self._release(r)
         self.computed[r] = 0  # output so far is kept: the recompute covers prompt + output
         self.waiting.appendleft(r)
         self.preemptions += 1
@@ -400,20 +382,26 @@ class ReplicaSim:
             r = self.waiting[0]
             if self.arrival[r] > self.cutoff:
                 break
-            cached = self.prefix_hit(r) if self.grouped else int(self.cached[r])
+            cached, shared, on_queue = int(self.cached[r]), 0, 0
+            if self.grouped and (group_hit := self._group_hit(r)) > cached:  # the prefix's blocks, shared
+                cached, shared = group_hit, group_hit // cfg.block_size
+                on_queue = self.prefixes.on_queue(int(self.group[r]))
             pending = int(self.ntok[r]) - cached
             num = min(pending, budget)
             if not cfg.chunked_prefill and num < pending and (num_scheduled or out):
                 break
             need = -(-(cached + num) // cfg.block_size)
-            if need > self.free:
+            if need - shared > self.free - on_queue:  # KVCacheManager: free blocks but the hit's own
                 break
             self.waiting.popleft()
             self.hit_tokens += cached
             self.query_tokens += int(self.ntok[r])
             self.computed[r] = cached
+            if shared:
+                self.free -= self.prefixes.hold(int(self.group[r]))
+                self.shared[r] = shared
             self.held[r] = need
-            self.free -= need
+            self._take(need - shared)
             out.append((r, cached, num))
             budget -= num
         return out
@@ -451,10 +439,8 @@ class ReplicaSim:
             computed = start + num
             emitted = emitting = computed == ntok
             self.computed[ids] = computed
-        if self.grouped:  # the shared prefixes this step computed
-            g = self.group[ids]
-            mine = g >= 0
-            np.maximum.at(self.group_done, g[mine], np.minimum(self.computed[ids][mine], self.prefix[ids][mine]))
+        if self.grouped:
+            self._register_prefixes(ids)
         gen_before = self.gen[ids]
         gen_after = gen_before + emitted
         self.gen[ids] = gen_after
@@ -465,8 +451,12 @@ class ReplicaSim:
         self.first[first] = seen
         if done.size:
             self.finish[done] = seen
-            self.free += int(self.held[done].sum())
-            self.held[done] = 0
+            if self.grouped:
+                for r in done.tolist():
+                    self._release(r)
+            else:
+                self.free += int(self.held[done].sum())
+                self.held[done] = 0
             # A step that scheduled as many requests as are running scheduled all of them, in their
             # order (running first, then those it admitted, which joined the running list's end).
             whole = ids.size == self.run_ids.size

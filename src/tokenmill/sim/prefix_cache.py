@@ -1,0 +1,147 @@
+"""One replica's shared prefixes as the engine's block pool keeps them (engine/block_pool.py), for
+the serving simulation's requests of a ``prefix_group`` (sim/serving.py).
+
+The engine's free queue is in LRU order: released blocks join its tail, allocation takes from its
+head and evicts what those blocks cached, and a prefix hit takes cached blocks off the queue
+without evicting them. A request releases its blocks tail first, so its own blocks (question,
+answer) join the queue before the prefix's, and within the prefix its last blocks come first:
+eviction eats a prefix from its end, and what is left of it still hits.
+
+Here the queue is a deque of segments ``[group, blocks]`` (group -1: blocks caching no shared
+prefix). A prefix's blocks are shared: counted once, held while any running request uses them
+(``refs``), and back on the queue, as one segment at its tail, when the last one releases them.
+The first request to compute a whole prefix registers it (its blocks become the prefix's); one
+that computes a prefix someone else registered meanwhile keeps its copy as its own blocks, as the
+engine keeps the first block stored under a hash. A prefix is shared once computed whole (the
+engine shares each full block as it fills: a prompt admitted while another computes the same
+prefix in chunks misses here where it would hit part of it there).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+class SharedPrefixes:
+    def __init__(self, num_blocks: int, groups: int):
+        self.queue: deque[list[int]] = deque([[-1, num_blocks]])
+        self.blocks = np.zeros(groups, dtype=np.int64)
+        """Cached blocks of each prefix, from its first (what a hit finds)."""
+        self.refs = np.zeros(groups, dtype=np.int64)
+        """Running requests holding each prefix's blocks (0: they are on the free queue, if cached)."""
+        self.segment: list[list[int] | None] = [None] * groups
+        """Each unheld cached prefix's segment on the queue."""
+
+    def take(self, n: int) -> None:
+        """``n`` blocks leave the queue's head (an allocation), evicting what they cached."""
+        q = self.queue
+        while n:
+            seg = q[0]
+            t = min(seg[1], n)
+            seg[1] -= t
+            n -= t
+            g = seg[0]
+            if g >= 0:
+                self.blocks[g] -= t
+            if seg[1] == 0:  # used up, or a segment a hit took off the queue
+                q.popleft()
+                if g >= 0 and self.segment[g] is seg:
+                    self.segment[g] = None
+
+    def give(self, n: int, g: int = -1) -> None:
+        """``n`` released blocks join the queue's tail (``g``: the prefix they cache)."""
+        if n <= 0:
+            return
+        if g < 0 and self.queue and self.queue[-1][0] < 0:
+            self.queue[-1][1] += n
+            return
+        seg = [g, n]
+        self.queue.append(seg)
+        if g >= 0:
+            self.segment[g] = seg
+
+    def on_queue(self, g: int) -> int:
+        """Blocks of prefix ``g`` a hit would take off the queue (0 while held)."""
+        seg = self.segment[g]
+        return seg[1] if seg is not None else 0
+
+    def hold(self, g: int) -> int:
+        """A request starts using prefix ``g``'s cached blocks; returns the blocks that left the queue."""
+        self.refs[g] += 1
+        seg = self.segment[g]
+        if seg is None:
+            return 0
+        n = seg[1]
+        seg[1] = 0  # left in place, empty: ``take`` drops it when it reaches the head
+        self.segment[g] = None
+        return n
+
+    def drop(self, g: int) -> int:
+        """A holder of prefix ``g`` released it; returns the blocks that joined the queue (the last one's)."""
+        self.refs[g] -= 1
+        if self.refs[g]:
+            return 0
+        n = int(self.blocks[g])
+        self.give(n, g)
+        return n
+
+    def computed(self, g: int, prefix_blocks: int, shared: int) -> int:
+        """A request holding ``shared`` of prefix ``g``'s blocks has computed all ``prefix_blocks`` of
+        it; returns how many of its blocks are now the prefix's. It registers (or completes) the
+        prefix when what is cached is exactly what it holds; otherwise its copy stays its own."""
+        if shared >= prefix_blocks or int(self.blocks[g]) != shared:
+            return shared
+        if not shared:
+            self.refs[g] += 1
+        self.blocks[g] = prefix_blocks
+        return prefix_blocks
+
+
+class PrefixHits:
+    """ReplicaSim's (sim/serving.py) prefix hits and block release, over its per-request arrays
+    (``cached``, ``group``, ``prefix``, ``prompt``, ``held``, ``shared``, ``computed``), its free
+    block count ``free`` and its ``prefixes`` (a SharedPrefixes, None without shared prefixes)."""
+
+    def _whole_blocks(self, hit: np.ndarray, r: np.ndarray | int = slice(None)) -> np.ndarray:
+        """Hits rounded down to whole blocks, each leaving at least one prompt token to compute."""
+        bs = self.cfg.block_size
+        blocks = hit // bs
+        return np.where(blocks * bs >= self.prompt[r], blocks - 1, blocks) * bs
+
+    def prefix_hit(self, r: int) -> int:
+        """Prompt tokens request ``r`` finds cached here now (its own hit or its shared prefix's)."""
+        return max(int(self.cached[r]), self._group_hit(r))
+
+    def _group_hit(self, r: int) -> int:
+        g = int(self.group[r])
+        if g < 0:
+            return 0
+        shared = min(int(self.prefixes.blocks[g]) * self.cfg.block_size, int(self.prefix[r]))
+        return int(self._whole_blocks(np.int64(shared), r))
+
+    def _take(self, n: int) -> None:
+        """``n`` blocks allocated from the free queue (evicting cached prefixes at its head)."""
+        self.free -= n
+        if self.prefixes is not None:
+            self.prefixes.take(n)
+
+    def _release(self, r: int) -> None:
+        """Request ``r``'s blocks back to the free queue: its own, then its shared prefix's if it held
+        them last (released tail first, as KVCacheManager.free)."""
+        held, shared = int(self.held[r]), int(self.shared[r])
+        self.held[r] = self.shared[r] = 0
+        self.free += held - shared
+        if self.prefixes is not None:
+            self.prefixes.give(held - shared)
+            if shared:
+                self.free += self.prefixes.drop(int(self.group[r]))
+
+    def _register_prefixes(self, ids: np.ndarray) -> None:
+        """After a step over ``ids``: those that have now computed their whole shared prefix register it."""
+        bs = self.cfg.block_size
+        pb = self.prefix[ids] // bs
+        for r in ids[(self.group[ids] >= 0) & (self.computed[ids] >= pb * bs) & (self.shared[ids] < pb)].tolist():
+            self.shared[r] = self.prefixes.computed(int(self.group[r]), int(self.prefix[r]) // bs, int(self.shared[r]))
+
