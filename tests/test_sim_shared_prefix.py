@@ -62,6 +62,23 @@ def test_a_small_cache_evicts_the_least_recently_used_prefix_from_its_end():
     assert waits.preemptions > 0  # an up-front hit's blocks are the request's own
 
 
+def test_the_blocks_add_up_through_preemptions_and_evictions():
+    from tokenmill.sim.serving import ReplicaSim
+
+    rng = np.random.default_rng(5)
+    requests = [SimRequest(float(t), int(p), int(o), prefix_group=int(g), prefix_tokens=int(min(k, p)))
+                for t, p, o, g, k in zip(np.sort(rng.uniform(0, 3, 80)), rng.integers(40, 400, 80),
+                                         rng.integers(1, 60, 80), rng.integers(0, 6, 80), rng.integers(16, 300, 80))]
+    sim = ReplicaSim(requests, SimConfig(max_num_seqs=8, max_num_batched_tokens=256, num_kv_blocks=60))
+    result = sim.run(step_s)
+    assert result.preemptions > 0 and 0 < result.prefix_hit_tokens < result.prefix_query_tokens
+    # Every request done: every block is free again, the queue's segments hold them all, no prefix is held.
+    assert sim.free == 60 and sum(seg[1] for seg in sim.prefixes.queue) == 60
+    assert not sim.prefixes.refs.any() and not sim.held.any() and not sim.shared.any()
+    cached = [g for g in range(6) if sim.prefixes.blocks[g]]
+    assert all(sim.prefixes.on_queue(g) == sim.prefixes.blocks[g] for g in cached)
+
+
 def test_hits_shorten_the_steps_that_follow():
     hit = simulate(_grouped([0, 10], [0, 0], prompt=1000, prefix=960, output=1), step_s, CONFIG)
     miss = simulate(_grouped([0, 10], [0, 1], prompt=1000, prefix=960, output=1), step_s, CONFIG)
@@ -80,6 +97,21 @@ def test_the_kv_router_sends_a_prefix_back_where_it_is_cached():
     plain = [SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens) for r in requests]
     np.testing.assert_array_equal(simulate_routed(plain, 2, step_s, CONFIG, policy="kv").finish_s,
                                   simulate_routed(plain, 2, step_s, CONFIG, policy="least-loaded").finish_s)
+
+
+def test_a_replayed_server_run_on_two_replicas_goes_through_the_router():
+    from tokenmill.sim.cost import Parallel
+    from tokenmill.sim.hardware import get_hardware
+    from tokenmill.sim.models import get_model
+    from tokenmill.sim.predict import Deployment, Workload, predict
+
+    requests = tuple(_grouped([float(i) for i in range(12)], [(i // 2) % 2 for i in range(12)]))
+    w = Workload("server", 100, 2, num_requests=len(requests), requests=requests)
+    rate = {}
+    for router in ("kv", "round-robin"):
+        d = Deployment(2, Parallel(), "fp8", max_num_seqs=4, router=router)
+        rate[router] = predict(get_model("smollm2-135m"), get_hardware("h100"), d, w)["prefix_cache_hit_rate"]
+    assert rate == pytest.approx({"kv": 10 * 64 / 1200, "round-robin": 8 * 64 / 1200})
 
 
 def test_prefixes_are_laid_out_in_turn_and_a_repeated_sample_keeps_its_own():
@@ -147,7 +179,7 @@ def test_a_shared_prefix_run_is_replayed_with_its_prefixes(tmp_path):
 
     settings = BenchSettings(scenario="offline", ttft_ms=1000, tpot_ms=100)
     records = [QueryRecord(sample_index=s, issued_s=0.0, first_token_s=1.0, finished_s=2.0, output_tokens=8,
-                           prompt_tokens=300) for s in (5, 0, 3, 8)]
+                           prompt_tokens=300) for s in (5, 0, 3, 8, 5)]
     params = {"workload": "shared-prefix", "num_prefixes": 4, "prefix_len": 256}
     result = BenchResult(target={"label": "tokenmill", "kind": "engine", "model": "m"}, scenario="offline",
                          mode="performance", settings=settings.describe(len(records)),
@@ -156,6 +188,9 @@ def test_a_shared_prefix_run_is_replayed_with_its_prefixes(tmp_path):
                          created="2026-12-01T00:00:00Z")
     path = result.save(tmp_path)
     trace = load_trace(path)  # samples 5, 0, 3, 8 start with system prompts 1, 0, 3, 0: the workload's layout
-    assert [(r.prefix_group, r.prefix_tokens) for r in trace.requests] == [(1, 256), (0, 256), (3, 256), (0, 256)]
+    assert [(r.prefix_group, r.prefix_tokens) for r in trace.requests] == [(1, 256), (0, 256), (3, 256), (0, 256),
+                                                                        (1, 256)]
+    # A repeated sample is left to the prefix model: cached where its replica holds its prefix, not everywhere.
+    assert trace.repeats == 1 and all(r.cached_tokens == 0 for r in trace.requests)
     assert all(r.prefix_group == -1 for r in load_trace(path, prefix_caching=False).requests)
 

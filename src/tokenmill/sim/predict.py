@@ -194,7 +194,8 @@ class Workload:
     of searching the peak that meets the limits."""
     requests: tuple[SimRequest, ...] | None = None
     """Simulate exactly these requests (a measured run's, sim/replay.py) instead of
-    drawing them; the whole deployment's load, dealt round-robin to replicas."""
+    drawing them; the whole deployment's load: a Server or Interactive run's through the router
+    (a routed group of up to ROUTED_GROUP replicas takes every (replicas / group)-th request)."""
     dataset: str | None = None
     """Draw each request's lengths from this MLPerf dataset's distribution
     (sim/mlperf_lengths.py): prompts as the dataset's, outputs of mean ``osl``
@@ -433,7 +434,7 @@ def _scheduler_group(d: Deployment, w: Workload) -> int:
     """Schedulers simulated together: aggregated, one replica (Server and Interactive: a routed group of
     up to ``ROUTED_GROUP``; a pipeline: its micro-batches' schedulers, in whole pipelines); the
     disaggregated pools are simulated whole (their own count)."""
-    routed = not d.disagg and w.scenario in ("server", "interactive") and w.requests is None
+    routed = not d.disagg and w.scenario in ("server", "interactive")  # a replayed Server run too
     pp = d.pipeline_parallel
     if pp > 1:
         return pp * (min(d.replicas, max(1, ROUTED_GROUP // pp)) if routed else 1)

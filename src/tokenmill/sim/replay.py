@@ -18,7 +18,10 @@ modelled, so the replay's hits are an upper bound (the run's own measured hit
 rate is printed beside them). A run of the shared-prefix workload (`tokenmill bench --workload
 shared-prefix`) is replayed with its prefixes too: sample i starts with system prompt i mod
 ``num_prefixes``, as that workload lays its samples out, of ``prefix_len`` tokens, hit once the
-replica computed it (sim/serving.py ``SimRequest.prefix_group``).
+replica computed it (sim/serving.py ``SimRequest.prefix_group``). Its repeated samples are left to
+that model rather than replayed as whole-prompt hits: a repeat finds its prompt only on the replica
+that computed it, and only until evicted, and of a shared-prefix prompt all but its question's few
+blocks are the shared prefix anyway (those few a repeat would hit are not counted).
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
         repeat = q.sample_index in seen
         seen.add(q.sample_index)
         repeats += repeat
-        cached = q.prompt_tokens if repeat and prefix_caching else 0
+        cached = q.prompt_tokens if repeat and prefix_caching and not prefixes else 0
         shared = {"prefix_group": q.sample_index % prefixes,
                   "prefix_tokens": min(params["prefix_len"], q.prompt_tokens)} if prefixes else {}
         requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, cached, **shared))
