@@ -67,15 +67,19 @@ DEFAULT_PRICE_PER_HOUR = 0.10
 """USD per hour: a nominal small cloud VM; pass --price-per-gpu-hour to tokenmill sim for your own."""
 
 
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A profile's name is a plain file name: no path separators, no leading dot."""
+
+
 def profile_path(name: str = THIS_MACHINE) -> Path:
     """Where calibrate writes profile ``name``; ValueError unless it is a plain file name."""
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+    if not _PROFILE_NAME.fullmatch(name):
         raise ValueError(f"--profile: letters, digits, '.', '_' and '-' (a file name), got {name!r}")
     return PROFILE_DIR / f"{name}.json"
 
 
 def has_profile(name: str) -> bool:
-    return re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) is not None and profile_path(name).is_file()
+    return _PROFILE_NAME.fullmatch(name) is not None and profile_path(name).is_file()
 
 
 def load_profile(name: str = THIS_MACHINE, flag: str = "--hardware") -> Hardware:

@@ -13,9 +13,9 @@ Prefix cache: LoadGen issues a dataset's samples again once it has issued
 each (a run of more queries than samples), and ``tokenmill serve`` caches
 prompts by default. A query whose sample was issued before is replayed with
 its whole prompt cached (the simulator keeps at least one block to compute,
-as the engine does) unless ``prefix_caching`` is off; eviction is not
-modelled, so the replay's hits are an upper bound (the run's own measured hit
-rate is printed beside them). A run of the shared-prefix workload (`tokenmill bench --workload
+as the engine does) unless ``prefix_caching`` is off; such a hit is found on
+every replica and never evicted, so these hits are an upper bound (the run's own
+measured hit rate is printed beside the simulated one). A run of the shared-prefix workload (`tokenmill bench --workload
 shared-prefix`) is replayed with its prefixes too: sample i starts with system prompt i mod
 ``num_prefixes``, as that workload lays its samples out, of ``prefix_len`` tokens, hit once the
 replica computed it (sim/serving.py ``SimRequest.prefix_group``). Its repeated samples are left to
