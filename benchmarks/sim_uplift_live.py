@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
-LIVE_TO_SIM = {"baseline": "baseline", "+prefix-caching": "+ prefix caching", "+chunked-prefill": "+ chunked prefill",
+LIVE_TO_SIM = {"baseline": "baseline ({baseline} kernels)", "+prefix-caching": "+ prefix caching",
+               "+chunked-prefill": "+ chunked prefill",
                "+native-step": "+ {full} kernels", "full": "full stack"}
-"""bench --uplift's labels -> sim --uplift's (``{full}``: the full stack's profile name)."""
+"""bench --uplift's labels -> sim --uplift's (``{full}``, ``{baseline}``: the two profiles' names)."""
 
 
 def live_runs(folder: Path) -> dict[str, dict]:
@@ -52,20 +52,18 @@ def simulate(runs: dict[str, dict], full: str, kernels: str, baseline: str) -> d
     from tokenmill.sim.hardware import get_hardware
     from tokenmill.sim.models import get_model
     from tokenmill.sim.predict import Deployment, predict
-    from tokenmill.sim.uplift import Baseline, uplift
+    from tokenmill.sim.uplift import Baseline, baseline_of, uplift
 
     scenario = runs["baseline"]["scenario"]
     arch, hw = get_model("smollm2-135m"), get_hardware(full)
     d = Deployment(1, Parallel(), "bf16", max_num_seqs=128, max_num_batched_tokens=1024)
     w = workload_of(runs["full"], scenario)
-    variants = uplift(arch, hw, d, w, baseline=Baseline(baseline, whole_prompts=True, hardware=get_hardware(baseline)))
-    by_name = {v.name: v.figures for v in variants}
-    names = {label: sim.format(full=full) for label, sim in LIVE_TO_SIM.items()}
-    names["baseline"] = f"baseline ({baseline} kernels)"
-    out = {label: by_name[name] for label, name in names.items() if label in runs}
+    base = Baseline(baseline, whole_prompts=True, hardware=get_hardware(baseline))
+    by_name = {v.name: v.figures for v in uplift(arch, hw, d, w, baseline=base)}
+    out = {label: by_name[sim.format(full=full, baseline=baseline)] for label, sim in LIVE_TO_SIM.items()
+           if label in runs}
     if "+kernels" in runs:  # the baseline's deployment on the eager C++ kernels' profile
-        whole = replace(d, chunked_prefill=False, max_num_batched_tokens=arch.max_position_embeddings)
-        out["+kernels"] = predict(arch, get_hardware(kernels), whole, replace(w, shared_prefix=None))
+        out["+kernels"] = predict(arch, get_hardware(kernels), *baseline_of(arch, d, w, base))
     return out
 
 

@@ -136,6 +136,16 @@ def techniques(d: Deployment, w: Workload, baseline: Baseline = Baseline()) -> l
     return used
 
 
+def baseline_of(arch, full: Deployment, workload: Workload, baseline: Baseline = Baseline(),
+                used: list[str] | None = None) -> tuple[Deployment, Workload]:
+    """The uplift's baseline: ``(full, workload)`` with every technique it uses (``used``, default
+    ``techniques``) switched off (a calibrated baseline's kernels are its profile, not in the pair)."""
+    base = (full, workload)
+    for t in techniques(full, workload, baseline) if used is None else used:
+        base = _switch(*base, t, None, baseline=baseline, context_len=arch.max_position_embeddings)
+    return base
+
+
 def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=None,
            baseline: Baseline = Baseline(), jobs: int = 1) -> list[Variant]:
     """Baseline, each technique alone, the full stack (when more than one technique);
@@ -145,9 +155,7 @@ def uplift(arch, hw: Hardware, full: Deployment, workload: Workload, progress=No
         raise ValueError("--uplift: the deployment uses none of the techniques it compares (--ep, --attention-dp, "
                          "--mtp, --disagg, --cached-tokens, --shared-prefix, --fused-allreduce, --baseline-kernels, "
                          "--baseline-eager, --baseline-whole-prompts, --stream-interval); turn some on")
-    base = (full, workload)
-    for t in used:
-        base = _switch(*base, t, None, baseline=baseline, context_len=arch.max_position_embeddings)
+    base = baseline_of(arch, full, workload, baseline, used)
     base_hw = baseline.hardware or hw  # priced by the baseline engine's profile unless its kernels are on
     variants = [(f"baseline ({baseline.kernels} kernels)" if baseline.kernels else "baseline", base_hw, base)]
     variants += [(f"+ {technique_label(t, full, hw, baseline)}", hw if t == KERNELS else base_hw,
