@@ -234,3 +234,25 @@ def test_chunked_prefill_splits_the_prompt_that_waits_unchunked(budget, d_tokens
     out = run_step(sched)
     # d takes what a's decode leaves: all of it at 12, a 7-token chunk at 8.
     assert {s.request.request_id: s.num_new_tokens for s in out.scheduled} == {"a": 1, "d": d_tokens}
+
+
+def test_prefix_lookup_counted_once_per_admission_not_per_step_waited():
+    # Whole prompts: b waits at the head of the queue while a decodes in a
+    # step with no room for it; the hit-rate stats count its lookup once.
+    pool, kv, sched = make(budget=12, chunked=False)
+    first = req("first", 8, max_tokens=1)
+    sched.add(first)
+    drain(sched, pool)  # its two blocks are cached
+    assert (kv.queries, kv.hits) == (8, 0)
+    a, b = req("a", 11, max_tokens=6, first=50), req("b", 20, max_tokens=1)
+    sched.add(a)
+    run_step(sched)  # a admitted and prefilled
+    sched.add(b)  # b's first 8 tokens are cached: 12 to compute, 1 more than a decode leaves
+    waited = 0
+    while b.status is RequestStatus.WAITING:
+        run_step(sched)
+        waited += 1
+    assert waited > 1
+    assert (kv.queries, kv.hits) == (8 + 11 + 20, 8)
+    drain(sched, pool)
+    assert (kv.queries, kv.hits) == (8 + 11 + 20, 8)

@@ -68,16 +68,13 @@ class KVCacheManager:
 
     def find_prefix(self, request: Request) -> list[int]:
         """Blocks holding the longest cached prefix of the request's tokens
-        (takes no reference). Counts the lookup in the hit-rate stats."""
-        if not self.enable_prefix_caching:
+        (takes no reference, counts nothing: ``count_lookup`` counts it once
+        the request is admitted)."""
+        usable = self._lookup_span(request)
+        if not usable:
             return []
         tokens = request.token_ids
         found = []
-        usable = len(tokens)  # tokens a hit may cover
-        if request.params.prompt_logprobs is not None and request.num_prompt_logprobs < request.num_prompt_tokens - 1:
-            usable = request.num_prompt_logprobs
-            if usable < self.block_size:
-                return []  # no lookup, so not counted in the hit-rate stats either
         for h in hash_full_blocks(tokens[:usable], self.block_size):
             block = self.pool.lookup(h)
             if block is None:
@@ -86,9 +83,27 @@ class KVCacheManager:
         # Keep at least one token to compute (it yields the logits to sample).
         if found and len(found) * self.block_size >= len(tokens):
             found.pop()
-        self.queries += len(tokens)
-        self.hits += len(found) * self.block_size
         return found
+
+    def _lookup_span(self, request: Request) -> int:
+        """Tokens a prefix hit may cover; 0 where no lookup is made (caching
+        off, or prompt logprobs still owed for positions in the first block)."""
+        if not self.enable_prefix_caching:
+            return 0
+        if request.params.prompt_logprobs is not None and request.num_prompt_logprobs < request.num_prompt_tokens - 1:
+            usable = request.num_prompt_logprobs
+            return usable if usable >= self.block_size else 0
+        return request.num_tokens
+
+    def count_lookup(self, request: Request, num_hit_blocks: int) -> None:
+        """Count an admitted request's lookup in the hit-rate stats: once per
+        admission, not each step it waited at the head of the queue (a prompt
+        waiting for room would be looked up, and counted, again every step).
+        A preempted request's readmission is a lookup of its own."""
+        if not self._lookup_span(request):
+            return  # find_prefix looked nothing up
+        self.queries += request.num_tokens
+        self.hits += num_hit_blocks * self.block_size
 
     def allocate(self, request: Request, num_new_tokens: int, prefix: list[int] = ()) -> bool:
         """Grow the request's blocks to cover ``num_new_tokens`` more positions

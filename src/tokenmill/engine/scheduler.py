@@ -138,6 +138,8 @@ class Scheduler:
             if not self.kv.allocate(req, n, prefix):
                 break
             self.waiting.popleft()
+            if not req.num_computed_tokens:
+                self.kv.count_lookup(req, len(prefix))
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = cached
             req.num_computed_tokens = cached

@@ -44,7 +44,8 @@ class EngineStatsCollector:
             yield GaugeMetricFamily(f"tokenmill:{name}", doc, value=value)
         counters = [
             ("num_preemptions", "Requests preempted by the scheduler.", s.num_preemptions),
-            ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", s.prefix_cache_queries),
+            ("prefix_cache_queries", "Prompt tokens looked up in the prefix cache (once per admission).",
+             s.prefix_cache_queries),
             ("prefix_cache_hits", "Prompt tokens found in the prefix cache.", s.prefix_cache_hits),
             ("forward_retries", "Steps whose forward pass raised and was retried without the suspect requests.",
              s.forward_retries),

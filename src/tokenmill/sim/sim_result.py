@@ -32,7 +32,7 @@ class SimResult:
     prefix_hit_tokens: int = 0
     prefix_query_tokens: int = 0
     """Prompt tokens found cached and looked up at admissions, as the engine's counters count them
-    (KVCacheManager.find_prefix: the tokens a recompute looks up too)."""
+    (KVCacheManager.count_lookup: once per admission, a recompute's too)."""
 
     @property
     def prefix_cache_hit_rate(self) -> float:
