@@ -168,6 +168,28 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     assert f["config"]["kv_blocks_per_replica"] == engine.core.config.num_kv_blocks  # the sim's cache is the engine's
 
 
+def test_calibrate_times_the_prefill_lengths_asked_for(tmp_path, monkeypatch, capsys):
+    import tokenmill.sim.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path)
+    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1,))
+    fitted_on, fit = [], calibrate.fit_efficiency
+
+    def recording_fit(arch, base, precision, points, **kwargs):
+        fitted_on.extend(shape for shape, _ in points)
+        return fit(arch, base, precision, points, **kwargs)
+
+    monkeypatch.setattr(calibrate, "fit_efficiency", recording_fit)
+    argv = ["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--dtype", "float32"]
+    assert main([*argv, "--prefill-tokens", "32,1024"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill of 32 tokens:" in out and "prefill of 1024 tokens:" in out and "prefill of 256 tokens:" not in out
+    assert {(0, 32), (0, 1024)} <= set(fitted_on) and (0, 256) not in fitted_on
+    # A length past the engine's step budget would be chunked, never timed whole: refused up front.
+    assert main([*argv, "--prefill-tokens", "64,2048"]) == 2
+    assert "--prefill-tokens: lengths from 1 to the engine's step budget 1024" in capsys.readouterr().err
+
+
 def test_served_steps_are_timed_in_alternated_rounds():
     """Each shape is served once per round, the rounds one after another (the VM's
     drift spread over every shape, not fitted as a bend), and one median per shape comes back."""

@@ -44,6 +44,17 @@ def test_a_prompt_hits_its_prefix_once_an_earlier_step_computed_it():
     assert whole.prefix_hit_tokens == 48
 
 
+def test_a_prefix_is_shared_block_by_block_as_its_chunks_are_computed():
+    # A 600-token prefix in 700-token prompts, 256-token steps: the first prompt takes three steps
+    # (256, 512, 700 computed), and the second, which arrived meanwhile, is admitted into the third
+    # step's 68 spare tokens. It finds the 32 blocks (512 tokens) the first two steps filled, as the
+    # engine caches each full block after the step that filled it, not only the whole prefix.
+    requests = _grouped([0, 0.001], [0, 0], prompt=700, prefix=600, output=1)
+    chunked = simulate(requests, step_s, SimConfig(max_num_seqs=4, max_num_batched_tokens=256, num_kv_blocks=1000))
+    assert chunked.prefix_hit_tokens == 512
+    assert chunked.ttft_s[1] == pytest.approx(3 * 0.0356 + 0.010 + 0.0001 * 120 - 0.001)  # its 120 left: one step
+
+
 def test_a_small_cache_evicts_the_least_recently_used_prefix_from_its_end():
     # 7 blocks a request (100 prompt tokens + 1), 4 of them its prefix. Prefixes 0, 1, 2, then 0 again, each
     # after the last finished: with 16 blocks the third request's allocation eats the end of prefix 0's

@@ -71,7 +71,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                    help="stop bisecting when the bracket is narrower than this fraction of its top")
     p.add_argument("--sweep-qps", type=_float_list, default=None, metavar="Q1,Q2,...",
                    help="one server/interactive run per target QPS (throughput-vs-latency curve)")
-    p.add_argument("--sweep-concurrency", type=_int_list, default=None, metavar="C1,C2,...",
+    p.add_argument("--sweep-concurrency", type=int_list, default=None, metavar="C1,C2,...",
                    help="one run per --max-concurrency value (offline arrivals, closed loop)")
     p.add_argument("--uplift", action="store_true",
                    help="what each technique is worth: the workload on a baseline engine (no prefix caching, "
@@ -115,7 +115,7 @@ def _float_list(text: str) -> list[float]:
     return values
 
 
-def _int_list(text: str) -> list[int]:
+def int_list(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:

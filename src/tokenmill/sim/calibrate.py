@@ -143,8 +143,8 @@ def measure_peaks(dtype, device) -> tuple[float, float]:
     return best_bw, best_flops
 
 
-def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
-                         rounds: int = ROUNDS) -> list[tuple[tuple[int, int], float]]:
+def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12, rounds: int = ROUNDS,
+                         prefill_tokens=PREFILL_TOKENS) -> list[tuple[tuple[int, int], float]]:
     """((decode batch, prefill tokens), median seconds) of our engine's steps as
     it serves: ``engine`` is an AsyncEngine, its steps on its own thread, the
     outputs streamed to consumers on this thread's event loop (as `tokenmill
@@ -171,7 +171,7 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12,
     def prompt(n: int) -> list[int]:  # random ids: no prefix-cache hits between prompts
         return [rng.randrange(10, vocab) for _ in range(n)]
 
-    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in PREFILL_TOKENS] + [MIXED_STEP,
+    shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in prefill_tokens] + [MIXED_STEP,
                                                                                               CACHED_STEP]
     samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
     decode_steps = -(-repeats // rounds)  # per round, so that `repeats` or more are timed in all
@@ -306,13 +306,14 @@ def _gpu_base(name: str) -> Hardware | None:
 
 
 def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",
-              model: str | None = None, name: str = THIS_MACHINE,
-              engine: dict | None = None) -> tuple[Hardware, list, float, float]:
+              model: str | None = None, name: str = THIS_MACHINE, engine: dict | None = None,
+              prefill_tokens: tuple[int, ...] = PREFILL_TOKENS) -> tuple[Hardware, list, float, float]:
     """Measure, fit, write the profile ``name``; returns (profile, measured points, fit error, the
     profile's price of ``CACHED_STEP`` in seconds, to set beside its measured point).
     ``model``: what the engine runs (default: the embedded model; ``dummy:<preset>``
     for random weights where no checkpoint is at hand); ``engine``: EngineConfig fields of
-    ``ENGINE_FIELDS`` (default: the engine's own choices)."""
+    ``ENGINE_FIELDS`` (default: the engine's own choices); ``prefill_tokens``: the lengths of the
+    prompts timed alone, each at most the engine's step budget (``max_num_batched_tokens``, 1,024)."""
     from tokenmill.config import EngineConfig
     from tokenmill.engine.async_engine import AsyncEngine
     from tokenmill.sim.hardware import HARDWARE
@@ -320,11 +321,14 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     if name in HARDWARE:
         raise ValueError(f"--profile: {name!r} is a built-in --hardware profile; name the calibration otherwise")
     path = profile_path(name)
+    budget = EngineConfig.max_num_batched_tokens
+    if not prefill_tokens or any(not 0 < t <= budget for t in prefill_tokens):
+        raise ValueError(f"--prefill-tokens: lengths from 1 to the engine's step budget {budget}, got {prefill_tokens}")
     load_format = "dummy" if model and model.startswith("dummy:") else "auto"
     served = AsyncEngine(EngineConfig(model=model, load_format=load_format, device=device, dtype=dtype_name,
                                       num_threads=num_threads, **(engine or {})))
     try:
-        profile, points, error, cached_s = _calibrate(served, model, name)
+        profile, points, error, cached_s = _calibrate(served, model, name, tuple(prefill_tokens))
     finally:
         served.shutdown()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -332,7 +336,8 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     return profile, points, error, cached_s
 
 
-def _calibrate(served, model: str | None, name: str) -> tuple[Hardware, list, float, float]:
+def _calibrate(served, model: str | None, name: str, prefill_tokens: tuple[int, ...]) -> tuple[Hardware, list, float,
+                                                                                                float]:
     import torch
 
     from tokenmill.model.embedded import EMBEDDED_NAME
@@ -347,7 +352,7 @@ def _calibrate(served, model: str | None, name: str) -> tuple[Hardware, list, fl
     # the engine's steps on its own thread measured 1.7-2.2x slower on a 2-core AMX Xeon (19.0 ms at
     # batch 1 before, 33.1-41.3 ms after); `tokenmill serve` and `bench` run no such ops.
     batches = DECODE_BATCHES + ((128,) if dev.type == "cuda" else ())
-    points = measure_served_steps(served, batches)
+    points = measure_served_steps(served, batches, prefill_tokens=prefill_tokens)
     bw, flops = measure_peaks(dtype, dev)
     what = f"{model or EMBEDDED_NAME} in {precision}"
     if dev.type == "cuda":

@@ -444,7 +444,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     engine = {f: getattr(args, f) for f in ENGINE_FIELDS}
     profile, points, error, cached_s = calibrate(args.dtype, args.num_threads, args.device, args.model,
-                                                 args.profile, engine)
+                                                 args.profile, engine, tuple(args.prefill_tokens))
     e = profile.efficiency
     print(f"{profile.name} ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
           f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")

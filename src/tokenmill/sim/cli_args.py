@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 
+from tokenmill.bench.cli_args import int_list
 from tokenmill.config import ATTENTION_BACKENDS, FUSED_OPS, LINEAR_BACKENDS
+from tokenmill.sim.calibrate import PREFILL_TOKENS
 from tokenmill.sim.hardware import HARDWARE
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import KERNEL_GENERATIONS
@@ -284,6 +286,10 @@ def _add_calibrate_args(c) -> None:
                    help="the profile's name: written to ~/.cache/tokenmill/sim/NAME.json, read by --hardware NAME "
                         "(default this-machine); e.g. the engine with the kernel flags below, as the baseline of "
                         "--uplift --baseline-kernels NAME")
+    c.add_argument("--prefill-tokens", type=int_list, default=PREFILL_TOKENS, metavar="N,N,...",
+                   help="lengths of the prompts whose prefill steps are timed alone (default "
+                        f"{','.join(map(str, PREFILL_TOKENS))}; each at most the engine's step budget, 1024): longer "
+                        "ones price attention's growth with the prompt, as whole-prompt steps need")
     c.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="the engine's attention, as `tokenmill serve`'s flag (default auto: the engine's choice)")
     c.add_argument("--fused-ops", choices=FUSED_OPS, default="auto", help="the engine's fused ops, as serve's flag")

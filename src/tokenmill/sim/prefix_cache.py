@@ -10,11 +10,11 @@ eviction eats a prefix from its end, and what is left of it still hits.
 Here the queue is a deque of segments ``[group, blocks]`` (group -1: blocks caching no shared
 prefix). A prefix's blocks are shared: counted once, held while any running request uses them
 (``refs``), and back on the queue, as one segment at its tail, when the last one releases them.
-The first request to compute a whole prefix registers it (its blocks become the prefix's); one
-that computes a prefix someone else registered meanwhile keeps its copy as its own blocks, as the
-engine keeps the first block stored under a hash. A prefix is shared once computed whole (the
-engine shares each full block as it fills: a prompt admitted while another computes the same
-prefix in chunks misses here where it would hit part of it there).
+A prefix is shared block by block as it is computed, as the engine caches each full block after
+the step that filled it: the first request to fill a prefix's next blocks registers them (they
+become the prefix's, and a prompt admitted while it computes the rest in chunks hits what is
+done); one that fills blocks someone else registered meanwhile keeps its copies as its own, as
+the engine keeps the first block stored under a hash.
 """
 
 from __future__ import annotations
@@ -87,16 +87,17 @@ class SharedPrefixes:
         self.give(n, g)
         return n
 
-    def computed(self, g: int, prefix_blocks: int, shared: int) -> int:
-        """A request holding ``shared`` of prefix ``g``'s blocks has computed all ``prefix_blocks`` of
-        it; returns how many of its blocks are now the prefix's. It registers (or completes) the
-        prefix when what is cached is exactly what it holds; otherwise its copy stays its own."""
-        if shared >= prefix_blocks or int(self.blocks[g]) != shared:
+    def computed(self, g: int, filled: int, shared: int) -> int:
+        """A request holding ``shared`` of prefix ``g``'s blocks has filled its first ``filled`` (whole
+        blocks of the prefix, computed); returns how many of its blocks are now the prefix's. It
+        registers (or extends) the prefix when what is cached is exactly what it holds; otherwise its
+        copies stay its own."""
+        if shared >= filled or int(self.blocks[g]) != shared:
             return shared
         if not shared:
             self.refs[g] += 1
-        self.blocks[g] = prefix_blocks
-        return prefix_blocks
+        self.blocks[g] = filled
+        return filled
 
 
 class PrefixHits:
@@ -139,9 +140,10 @@ class PrefixHits:
                 self.free += self.prefixes.drop(int(self.group[r]))
 
     def _register_prefixes(self, ids: np.ndarray) -> None:
-        """After a step over ``ids``: those that have now computed their whole shared prefix register it."""
-        bs = self.cfg.block_size
-        pb = self.prefix[ids] // bs
-        for r in ids[(self.group[ids] >= 0) & (self.computed[ids] >= pb * bs) & (self.shared[ids] < pb)].tolist():
-            self.shared[r] = self.prefixes.computed(int(self.group[r]), int(self.prefix[r]) // bs, int(self.shared[r]))
+        """After a step over ``ids``: those that have filled more of their shared prefix's whole blocks
+        than they share register them (KVCacheManager.cache_computed_blocks, block by block)."""
+        filled = np.minimum(self.computed[ids], self.prefix[ids]) // self.cfg.block_size
+        more = (self.group[ids] >= 0) & (filled > self.shared[ids])
+        for r, f in zip(ids[more].tolist(), filled[more].tolist()):
+            self.shared[r] = self.prefixes.computed(int(self.group[r]), f, int(self.shared[r]))
 
