@@ -10,6 +10,7 @@ step of several prompts costs what the profile extrapolates:
 ``--baseline-engine``: the engine as `tokenmill bench --uplift`'s baseline (torch attention, ops and
 linears, eager steps, no prefix caching, whole prompts); otherwise the engine's defaults, whole prompts.
 Each size is the median of ``--repeats`` first steps, on random token ids (no prefix hits).
+``--ops``: then one more step of the last size under torch's profiler, its operators by time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, nargs="+", default=[1, 4, 27], help="prompts per step")
     ap.add_argument("--tokens", type=int, default=302, help="tokens per prompt")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ops", action="store_true", help="profile one more step of the last size, by operator")
     a = ap.parse_args(argv)
 
     from tokenmill.bench.uplift import BASELINE
@@ -43,22 +45,31 @@ def main(argv: list[str] | None = None) -> int:
     arch, profile = get_model("smollm2-135m"), load_profile(a.profile)
     print(f"| prompts x {a.tokens} tokens | measured (ms) | {a.profile} prices (ms) | measured / priced |")
     print("|---|---|---|---|")
+
+    def first_step(n: int, tag: str) -> float:
+        for i in range(n):
+            ids = [random.randrange(100, 40000) for _ in range(a.tokens)]
+            engine.add_request(f"{tag}-{i}", ids, SamplingParams(max_tokens=1, ignore_eos=True))
+        start = time.perf_counter()
+        engine.step()  # every prompt whole in this one step (the budget is raised to max_model_len)
+        seconds = time.perf_counter() - start
+        while engine.has_unfinished_requests():
+            engine.step()
+        return seconds
+
     for n in a.prompts:
-        times = []
-        for rep in range(a.repeats):
-            for i in range(n):
-                ids = [random.randrange(100, 40000) for _ in range(a.tokens)]
-                engine.add_request(f"{n}-{rep}-{i}", ids, SamplingParams(max_tokens=1, ignore_eos=True))
-            start = time.perf_counter()
-            engine.step()  # every prompt whole in this one step (the budget is raised to max_model_len)
-            times.append(time.perf_counter() - start)
-            while engine.has_unfinished_requests():
-                engine.step()
+        times = [first_step(n, f"{n}-{rep}") for rep in range(a.repeats)]
         shape = StepShape(decode_contexts=(), prefills=tuple(PrefillChunk(a.tokens, 0) for _ in range(n)))
         price = step_time(step_cost(arch, shape, Parallel(), profile.default_precision, 2.0), profile,
                           profile.default_precision).total_s
         measured = statistics.median(times)
         print(f"| {n} | {measured * 1e3:,.1f} | {price * 1e3:,.1f} | {measured / price:.2f} |")
+    if a.ops:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as ops:
+            first_step(a.prompts[-1], "ops")
+        print(ops.key_averages().table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=40))
     return 0
 
 
