@@ -6,8 +6,9 @@ Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device
    engine's dtype (on a CPU, or float32's where that is faster): the profile's peaks;
 2. our engine's own step times as it serves (the embedded model, or
    ``--model``; outputs streamed to consumers on an event loop, as `tokenmill
-   bench` and `serve` read them): decode steps at several batch sizes, two
-   prefill chunks, a prefill chunk beside decodes (the step a request that
+   bench` and `serve` read them): decode steps at several batch sizes, a
+   prompt's prefill alone at each ``--prefill-tokens`` length (64 and 256 by
+   default), a prefill chunk beside decodes (the step a request that
    arrives while others decode waits on for its first token: a Server run's
    TTFT), and one beside decodes that continues over a prefix-cache hit
    (``CACHED_STEP``), each the median of repeated steps over alternated rounds.
@@ -336,8 +337,8 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     return profile, points, error, cached_s
 
 
-def _calibrate(served, model: str | None, name: str, prefill_tokens: tuple[int, ...]) -> tuple[Hardware, list, float,
-                                                                                                float]:
+def _calibrate(served, model: str | None, name: str,
+               prefill_tokens: tuple[int, ...]) -> tuple[Hardware, list, float, float]:
     import torch
 
     from tokenmill.model.embedded import EMBEDDED_NAME

@@ -288,8 +288,8 @@ def _add_calibrate_args(c) -> None:
                         "--uplift --baseline-kernels NAME")
     c.add_argument("--prefill-tokens", type=int_list, default=PREFILL_TOKENS, metavar="N,N,...",
                    help="lengths of the prompts whose prefill steps are timed alone (default "
-                        f"{','.join(map(str, PREFILL_TOKENS))}; each at most the engine's step budget, 1024): longer "
-                        "ones price attention's growth with the prompt, as whole-prompt steps need")
+                        f"{','.join(map(str, PREFILL_TOKENS))}; each at most the engine's step budget, 1024, "
+                        "so that each is one step)")
     c.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                    help="the engine's attention, as `tokenmill serve`'s flag (default auto: the engine's choice)")
     c.add_argument("--fused-ops", choices=FUSED_OPS, default="auto", help="the engine's fused ops, as serve's flag")
