@@ -53,6 +53,12 @@ def test_two_workers_answer_like_one_engine(cluster):
         assert final.finished and final.finish_reason == "length" and final.num_output_tokens == len(want.token_ids)
     used = {w: cluster.router.metrics.decisions[("kv", w)] for w in cluster.workers}
     assert sum(used.values()) >= 4
+    # The workers' step counters, summed: every worker that served a request stepped.
+    total, each = cluster.stats(), [h.stats for h in cluster.workers.values() if h.stats is not None]
+    for kind in ("prefill", "decode"):
+        assert total.engine_steps[kind] == sum(s.engine_steps[kind] for s in each)
+    assert sum(total.engine_steps.values()) >= 12 and total.engine_step_seconds["decode"] > 0
+    assert all(sum(h.stats.engine_steps.values()) >= 1 for w, h in cluster.workers.items() if used[w])
 
 
 def test_kv_router_sends_a_shared_prefix_to_the_worker_that_holds_it(cluster):

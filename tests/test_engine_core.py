@@ -117,6 +117,26 @@ def test_finish_is_the_one_verb_and_counts_aborts(core):
     assert not core.has_unfinished_requests() and core.pool.num_used_blocks == 0
 
 
+def test_steps_are_counted_and_timed_by_kind_and_cross_the_boundary(core):
+    """A 40-token prompt in a 32-token budget is two prefill steps (a chunk, then the rest with
+    its first token sampled); its 7 more tokens are 7 decode steps. A second request arriving
+    mid-decode makes one more prefill step (its prompt beside the first's decode)."""
+    before = core.stats()
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    core.add_request(EngineCoreRequest("s1", list(range(100, 140)), params))  # no other test's: no prefix hit
+    for _ in range(4):  # two prefill steps, then two decodes
+        core.step()
+    core.add_request(EngineCoreRequest("s2", PROMPTS[2], SamplingParams(max_tokens=2, ignore_eos=True)))
+    while core.has_unfinished_requests():
+        stats = decode_outputs(encode(core.step())).stats  # the counters cross the msgpack boundary
+    steps = {k: stats.engine_steps[k] - before.engine_steps.get(k, 0) for k in ("prefill", "decode")}
+    seconds = {k: stats.engine_step_seconds[k] - before.engine_step_seconds.get(k, 0.0) for k in steps}
+    assert steps == {"prefill": 3, "decode": 6}  # s1: 2 prefill + 7 decode steps, one of those decodes s2's prefill
+    assert all(s > 0 for s in seconds.values())
+    core.step()  # nothing scheduled: not a step
+    assert core.stats().engine_steps == stats.engine_steps
+
+
 def test_core_refuses_bad_requests_and_registers_nothing(core):
     params = SamplingParams(max_tokens=4)
     with pytest.raises(RequestError, match="vocabulary"):

@@ -195,6 +195,11 @@ def test_metrics_after_traffic(server, client, model):
     assert 0.0 <= values["tokenmill:prefix_cache_hit_rate"] <= 1.0
     assert values["tokenmill:prefix_cache_hits_total"] > 0
     assert "tokenmill:num_preemptions_total" in values
+    labelled = {line.rpartition(" ")[0]: float(line.rpartition(" ")[2]) for line in text.splitlines()
+                if line.startswith("tokenmill:engine_step")}
+    for kind in ("prefill", "decode"):  # each chat: one prefill step, then 3 decode steps
+        assert labelled[f'tokenmill:engine_steps_total{{kind="{kind}"}}'] >= 2
+        assert labelled[f'tokenmill:engine_step_seconds_total{{kind="{kind}"}}'] > 0
 
 
 def test_two_apps_in_one_process_keep_separate_metrics():

@@ -21,12 +21,16 @@ PROMPTS = [40, 72, 40, 130, 72]  # samples 0, 1, 0, 2, 1: queries 2 and 4 repeat
 SAMPLES = [0, 1, 0, 2, 1]
 
 
-def _run(tmp_path, records: list[QueryRecord]):
+def _run(tmp_path, records: list[QueryRecord], **counters):
+    """``counters``: Metrics fields read from the server's counters (engine_steps, engine_busy_s)."""
     settings = BenchSettings(scenario="server", target_qps=2.0, ttft_ms=1000, tpot_ms=100)
+    metrics = compute_metrics(records, settings)
+    for name, value in counters.items():
+        setattr(metrics, name, value)
     result = BenchResult(target={"label": "tokenmill", "kind": "openai", "model": "m"}, scenario="server",
                          mode="performance", settings=settings.describe(len(records)),
                          workload={"name": "synthetic"}, verdict=Verdict("VALID"),
-                         metrics=compute_metrics(records, settings), queries=records, log_dir=str(tmp_path),
+                         metrics=metrics, queries=records, log_dir=str(tmp_path),
                          created="2026-11-27T00:00:00Z")
     return result.save(tmp_path)
 
@@ -92,3 +96,23 @@ def test_the_command_prints_measured_against_simulated(tmp_path, capsys):
     assert doc["simulated"]["config"]["num_requests"] == 5
     assert main(["sim", "--replay", str(path), "--search"]) == 2
     assert "--replay and --search" in capsys.readouterr().err
+
+
+def test_the_servers_step_counters_are_set_against_the_simulated_steps(tmp_path, capsys):
+    """Where the run read the server's step counters, the replay prints its steps, busy seconds and
+    mean step beside the simulated ones; where it did not, no such rows."""
+    args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16",
+            "--max-num-seqs", "8", "--max-num-batched-tokens", "256"]
+    assert main([*args, "--replay", str(_run(tmp_path, _records()))]) == 0
+    assert "engine steps" not in capsys.readouterr().out
+    path = _run(tmp_path, _records(), engine_steps=90, engine_busy_s=0.45)
+    assert main([*args, "--json", "--replay", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    simulated = doc["simulated"]
+    # Five queries 0.5 s apart, each done in milliseconds on an H100: alone in their steps, one
+    # step per output token (a prefill that samples the first, then decodes), 84 in all.
+    assert simulated["engine_steps"] == 84 and 0 < simulated["engine_busy_s"] < 0.5
+    assert (doc["measured"]["engine_steps"], doc["measured"]["engine_busy_s"]) == (90, 0.45)
+    assert main([*args, "--replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| engine steps | 90.0 |" in out and "| engine busy | 0.5 s |" in out and "| mean step | 5.0 ms |" in out

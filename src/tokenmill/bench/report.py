@@ -211,8 +211,17 @@ def _results_block(r: BenchResult) -> list[str]:
         ("speculative decoding", "n/a (no drafts verified)" if m.spec_acceptance_rate is None
          else f"{fmt_rate(m.spec_acceptance_rate)} of drafts accepted, {m.spec_tokens_per_verification:.2f} "
               "tokens per verification step"),
+        ("engine steps", _steps_line(m)),
         ("GC pauses", _gc_line(m.gc_pauses)),
     ])
+
+
+def _steps_line(m) -> str:
+    """The target's steps over the run and the time it spent in them (its own counters)."""
+    if not m.engine_steps or m.engine_busy_s is None:
+        return "n/a (no counters)"
+    return (f"{m.engine_steps:,} in {m.engine_busy_s:,.1f} s busy ({m.engine_busy_s / m.duration_s:.0%} of the run; "
+            f"{m.engine_busy_s / m.engine_steps * 1e3:,.1f} ms a step; the target's counters, workers summed)")
 
 
 def _gc_line(pauses: dict | None) -> str:

@@ -150,6 +150,12 @@ class Metrics:
     target's own counters); None without speculation or counters."""
     spec_tokens_per_verification: float | None = None
     """Tokens a verification step appended on average (accepted drafts + one)."""
+    engine_steps: int | None = None
+    """Engine steps the target ran during the run (its counters, every worker's summed;
+    engine/step_stats.py); None when not exposed."""
+    engine_busy_s: float | None = None
+    """Their wall seconds, summed over workers: over ``duration_s``, the share of the run
+    the engines spent in steps."""
     gc_pauses: dict | None = None
     """This process's garbage collections during the run, per generation
     ("gen0".."gen2": collections, total_ms, max_ms; engine/gc_heap.py): with

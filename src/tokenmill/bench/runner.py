@@ -82,6 +82,7 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     result.metrics.prefix_cache_hit_rate = rates["prefix_cache_hit_rate"]
     result.metrics.spec_acceptance_rate = rates["spec_acceptance_rate"]
     result.metrics.spec_tokens_per_verification = rates["spec_tokens_per_verification"]
+    result.metrics.engine_steps, result.metrics.engine_busy_s = rates["engine_steps"], rates["engine_busy_s"]
     result.metrics.gc_pauses = gc_log.summary()
     result.gc_stalls = gc_log.stalls(since_unix=run.t0_unix, min_ms=GC_STALL_MS)
     if settings.mode == "accuracy":
@@ -95,14 +96,16 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
 
 
 def _counter_reader(target: Target, backend) -> Callable[[], dict[str, float] | None]:
-    """The target's prefix-cache and speculative-decoding counters (bench/server_metrics.py
+    """The target's prefix-cache, speculative-decoding and step counters (bench/server_metrics.py
     COUNTERS): an HTTP server's /metrics, the in-process engine's stats."""
     if target.kind != "openai":
         def engine_counters():
             s = backend.engine.stats()
             return {"prefix_hits": float(s.prefix_cache_hits), "prefix_queries": float(s.prefix_cache_queries),
                     "spec_drafts": float(s.spec_draft_tokens), "spec_accepted": float(s.spec_accepted_tokens),
-                    "spec_verifications": float(s.spec_verifications)}
+                    "spec_verifications": float(s.spec_verifications),
+                    "engine_steps": float(sum(s.engine_steps.values())),
+                    "engine_step_seconds": sum(s.engine_step_seconds.values())}
         return engine_counters
     headers = {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else None
     return lambda: read_counters(backend.label, headers)

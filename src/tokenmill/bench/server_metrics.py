@@ -1,5 +1,5 @@
-"""The server's own counters around a run (URL targets): prefix cache and
-speculative decoding.
+"""The server's own counters around a run (URL targets): prefix cache,
+speculative decoding and the engine's steps.
 
 A client cannot see cache hits or accepted drafts; the server's Prometheus
 counters can. The runner reads them before and after the LoadGen test, so the
@@ -21,6 +21,8 @@ COUNTERS = {
     "spec_accepted": ("tokenmill:spec_decode_num_accepted_tokens_total",
                       "vllm:spec_decode_num_accepted_tokens_total"),
     "spec_verifications": ("tokenmill:spec_decode_num_verifications_total", "vllm:spec_decode_num_drafts_total"),
+    "engine_steps": ("tokenmill:engine_steps_total",),
+    "engine_step_seconds": ("tokenmill:engine_step_seconds_total",),
 }
 """Our name -> the Prometheus counters (tokenmill's, vLLM's) that hold it."""
 
@@ -46,9 +48,10 @@ def read_counters(base_url: str, headers: dict[str, str] | None = None) -> dict[
 
 
 def rates_between(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float | None]:
-    """Over a run: prefix-cache hit rate, drafts accepted / verified, and tokens a
-    verification step appended (accepted drafts + the model's own token); None
-    where the counters are missing or did not move."""
+    """Over a run: prefix-cache hit rate, drafts accepted / verified, tokens a
+    verification step appended (accepted drafts + the model's own token), and the
+    engine's steps and their seconds (every worker's summed); None where the
+    counters are missing or did not move."""
     before, after = before or {}, after or {}
 
     def delta(name: str) -> float | None:
@@ -58,4 +61,6 @@ def rates_between(before: dict[str, float] | None, after: dict[str, float] | Non
     drafts, accepted, steps = delta("spec_drafts"), delta("spec_accepted"), delta("spec_verifications")
     return {"prefix_cache_hit_rate": hits / queries if hits is not None and queries else None,
             "spec_acceptance_rate": accepted / drafts if accepted is not None and drafts else None,
-            "spec_tokens_per_verification": (accepted + steps) / steps if accepted is not None and steps else None}
+            "spec_tokens_per_verification": (accepted + steps) / steps if accepted is not None and steps else None,
+            "engine_steps": int(n_steps) if (n_steps := delta("engine_steps")) else None,
+            "engine_busy_s": delta("engine_step_seconds") or None}

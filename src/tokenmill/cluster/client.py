@@ -187,7 +187,9 @@ class ClusterEngine(DisaggHandoffs):
                 setattr(total, name, getattr(total, name) + getattr(s, name))
             for mine, theirs in ((total.request_failures, s.request_failures),
                                  (total.aborted_requests, s.aborted_requests),
-                                 (total.spec_accepted_per_position, s.spec_accepted_per_position)):
+                                 (total.spec_accepted_per_position, s.spec_accepted_per_position),
+                                 (total.engine_steps, s.engine_steps),
+                                 (total.engine_step_seconds, s.engine_step_seconds)):
                 for key, n in theirs.items():
                     mine[key] = mine.get(key, 0) + n
         if self._output_failures:

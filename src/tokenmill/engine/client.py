@@ -64,6 +64,12 @@ class EngineStats:
     (accepted + verifications) / verifications tokens per such step."""
     spec_accepted_per_position: dict[str, int] = field(default_factory=dict)
     """Draft position ('0' = first draft) -> times accepted (cumulative)."""
+    engine_steps: dict[str, int] = field(default_factory=dict)
+    """Steps the core ran, by kind: 'prefill' (computed prompt tokens), 'decode' (cumulative;
+    engine/step_stats.py)."""
+    engine_step_seconds: dict[str, float] = field(default_factory=dict)
+    """Their wall seconds, by kind (cumulative): scheduling, forward and sampling, not output
+    processing."""
 
     @property
     def kv_usage(self) -> float:

@@ -60,6 +60,7 @@ from tokenmill.engine.resolve import (
 from tokenmill.engine.runner import ForwardResult, ModelRunner
 from tokenmill.engine.sampler import Sampler, token_logprobs
 from tokenmill.engine.scheduler import Scheduler, SchedulerOutput
+from tokenmill.engine.step_stats import StepCounters, step_kind
 from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact, verification_rows
 from tokenmill.errors import RequestError
@@ -170,6 +171,7 @@ class EngineCore:
         self.aborted_requests: Counter[str] = Counter()  # reason -> requests ended before they finished
         self.kv_blocks_imported = 0
         self.kv_imports_recomputed = 0  # imports that could not be adopted: the request recomputes its prompt
+        self.step_counters = StepCounters()  # steps run and their seconds, by kind (engine/step_stats.py)
 
     def _make_draft(self, spec: SpeculativeConfig, config: EngineConfig, linear_backend: str) -> nn.Module | None:
         """The speculative method's draft model (spec/proposer.py), or None. A
@@ -314,13 +316,18 @@ class EngineCore:
     # ---- the loop ---------------------------------------------------------------
 
     def step(self) -> EngineCoreOutputs:
+        start = time.perf_counter()
         if self.kv.held:
             self.kv.expire_holds()
         if self.drafting is not None:
             self.drafting.propose(self.scheduler.running)
         out = self.scheduler.schedule()
         self.last_schedule = out  # what the last step ran (AsyncEngine.step_log reads it)
-        outputs = self._run(out) if out else []
+        outputs = []
+        if out:
+            kind = step_kind(out)  # before _run: update() moves the requests on
+            outputs = self._run(out)
+            self.step_counters.record(kind, time.perf_counter() - start)
         return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
 
     def _run(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
@@ -448,6 +455,8 @@ class EngineCore:
             kv_blocks_held=sum(len(h.blocks) for h in list(self.kv.held.values())),
             kv_blocks_imported=self.kv_blocks_imported,
             kv_imports_recomputed=self.kv_imports_recomputed,
+            engine_steps=dict(self.step_counters.steps),
+            engine_step_seconds=dict(self.step_counters.seconds),
             **(self._spec_stats() if self.drafting is not None else {}),
         )
 

@@ -65,8 +65,26 @@ class EngineStatsCollector:
         for reason in ABORT_REASONS:
             aborted.add_metric([reason], s.aborted_requests.get(reason, 0))
         yield aborted
+        yield from step_metrics(s)
         yield from spec_decode_metrics(s)
         yield from cluster_metrics(self.engine)
+
+
+def step_metrics(s):
+    """The engine core's steps and their wall time, by kind (engine/step_stats.py); a cluster's
+    summed over its workers."""
+    from tokenmill.engine.step_stats import STEP_KINDS
+
+    steps = CounterMetricFamily("tokenmill:engine_steps", "Engine steps run, by kind: prefill (computed prompt "
+                                "tokens, beside any decodes) or decode (only running requests' next tokens).",
+                                labels=["kind"])
+    seconds = CounterMetricFamily("tokenmill:engine_step_seconds", "Wall seconds of those steps (scheduling, "
+                                  "forward, sampling; not output processing), by kind.", labels=["kind"])
+    for kind in STEP_KINDS:
+        steps.add_metric([kind], s.engine_steps.get(kind, 0))
+        seconds.add_metric([kind], s.engine_step_seconds.get(kind, 0.0))
+    yield steps
+    yield seconds
 
 
 def spec_decode_metrics(s):

@@ -264,7 +264,9 @@ def _add_workload_args(w) -> None:
     w.add_argument("--replay", default=None, metavar="RESULTS",
                    help="simulate the queries of a measured `tokenmill bench` run (its results.json or run folder): "
                         "each arrives when LoadGen issued it, with its prompt and output tokens; prints measured vs "
-                        "simulated (replaces --scenario, --isl, --osl, --num-requests, --target-qps)")
+                        "simulated: tokens/s, TTFT, TPOT, and the prefix-cache hit rate and the engine's steps and "
+                        "busy seconds where the run read the server's counters (replaces --scenario, --isl, --osl, "
+                        "--num-requests, --target-qps)")
     w.add_argument("--no-enable-prefix-caching", action="store_true",
                    help="with --replay: the server ran without prefix caching (default: a query whose sample was "
                         "issued before in the run is replayed with its prompt cached)")

@@ -484,6 +484,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "target_qps": w.target_qps,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
+        "engine_steps": round(result.steps * share), "engine_busy_s": result.busy_s * share,
         "prefix_cache_hit_rate": result.prefix_cache_hit_rate,
         "requests_simulated": round(len(result.arrival_s) * share),
     }

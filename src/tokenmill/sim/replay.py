@@ -81,7 +81,8 @@ def measured_figures(trace: Trace) -> dict:
     return {"tokens_per_s": tokens_per_s,
             "ttft_ms": {"p50": m.ttft_ms.p50, "p99": m.ttft_ms.p99} if m.ttft_ms else None,
             "tpot_ms": {"p50": m.tpot_ms.p50, "p99": m.tpot_ms.p99} if m.tpot_ms else None,
-            "prefix_cache_hit_rate": m.prefix_cache_hit_rate}
+            "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
+            "engine_steps": m.engine_steps, "engine_busy_s": m.engine_busy_s}
 
 
 def comparison_table(trace: Trace, simulated: dict) -> str:
@@ -106,4 +107,10 @@ def comparison_table(trace: Trace, simulated: dict) -> str:
         for pct in ("p50", "p99"):
             m, s = measured[key], simulated[key]
             row(f"{label} {pct}", m and m[pct], s and s[pct], " ms")
+    steps, busy = measured["engine_steps"], measured["engine_busy_s"]
+    if steps and busy is not None:  # the server's step counters (engine/step_stats.py), workers summed
+        row("engine steps", steps, simulated["engine_steps"], "")
+        row("engine busy", busy, simulated["engine_busy_s"], " s")
+        row("mean step", busy / steps * 1e3, simulated["engine_busy_s"] / max(simulated["engine_steps"], 1) * 1e3,
+            " ms")
     return "\n".join(lines)

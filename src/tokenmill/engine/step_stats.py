@@ -1,0 +1,37 @@
+"""The engine core's steps and their wall time, by kind (EngineStats, /metrics).
+
+A step's time runs from the core's ``step()`` call to its outputs, scheduling
+and sampling included, output processing (detokenizing, streaming) not: that
+is the frontend's. Two kinds, as the simulator prices them (sim/cost.py): a
+``prefill`` step computed prompt tokens (a whole prompt, a chunk, or a
+recompute after preemption) beside any decodes; a ``decode`` step computed
+only the next tokens of running requests (with their drafts, if any). The
+counters are cumulative; a benchmark reads them before and after a run
+(bench/server_metrics.py), so busy seconds over the run's duration is how
+much of it the engine spent computing, and busy seconds over steps its mean
+step.
+"""
+
+from __future__ import annotations
+
+from tokenmill.engine.scheduler import SchedulerOutput
+
+STEP_KINDS = ("prefill", "decode")
+
+
+def step_kind(out: SchedulerOutput) -> str:
+    """``prefill`` if the step computes any prompt position, else ``decode`` (before the
+    step runs: afterwards the scheduler has moved the requests on)."""
+    return "prefill" if any(s.start < s.request.num_prompt_tokens for s in out.scheduled) else "decode"
+
+
+class StepCounters:
+    """Steps run and their seconds, per kind (cumulative)."""
+
+    def __init__(self) -> None:
+        self.steps = dict.fromkeys(STEP_KINDS, 0)
+        self.seconds = dict.fromkeys(STEP_KINDS, 0.0)
+
+    def record(self, kind: str, seconds: float) -> None:
+        self.steps[kind] += 1
+        self.seconds[kind] += seconds
