@@ -117,6 +117,37 @@ def test_calibration_fit_recovers_the_efficiency_that_made_the_steps():
     assert (fitted.step_overhead_s, fitted.seq_overhead_s) == pytest.approx((0.012, 2e-4), rel=1e-6)
 
 
+def test_the_kv_read_rate_is_fitted_on_the_long_context_decode_alone():
+    from dataclasses import replace
+
+    from tokenmill.sim.calibrate import CACHED_STEP, LONG_DECODE, fit_kv_read, point_price_s
+    from tokenmill.sim.hardware import Efficiency, get_hardware
+    from tokenmill.sim.models import get_model
+
+    arch = get_model("smollm2-135m")
+    base = replace(get_hardware("h100"), flops={"bf16": 1.6e11}, memory_bw=1.4e10, default_precision="bf16",
+                   efficiency=Efficiency(gemm=0.5, memory=1.0, attention=0.5, comm=1.0, step_overhead_s=5e-3,
+                                         seq_overhead_s=5e-4, collective_latency_s=0.0))
+
+    def with_kv(kv_read):
+        return replace(base, efficiency=replace(base.efficiency, kv_read=kv_read))
+
+    # None reads the K/V at the memory rate; a slower read prices the long-context decode higher,
+    # and a step over 64-token contexts barely.
+    assert point_price_s(arch, base, "bf16", LONG_DECODE) == point_price_s(arch, with_kv(1.0), "bf16", LONG_DECODE)
+    slow, fast = (point_price_s(arch, with_kv(k), "bf16", LONG_DECODE) for k in (0.5, 1.0))
+    assert slow > 1.1 * fast
+    short_slow, short_fast = (point_price_s(arch, with_kv(k), "bf16", CACHED_STEP) for k in (0.5, 1.0))
+    assert short_slow < 1.01 * short_fast
+    measured = point_price_s(arch, with_kv(0.37), "bf16", LONG_DECODE)
+    fitted = fit_kv_read(arch, base, "bf16", measured)
+    assert fitted.efficiency.kv_read == 0.37 and replace(fitted.efficiency, kv_read=None) == base.efficiency
+    with pytest.raises(ValueError, match="fitted with the rest"):
+        point_price_s(arch, base, "bf16", (1, 0))
+    with pytest.raises(ValueError, match="efficiency.kv_read"):
+        Efficiency(kv_read=1.5)
+
+
 def test_this_machine_without_a_profile_names_the_command(tmp_path, monkeypatch, capsys):
     import tokenmill.sim.calibrate as calibrate
 
@@ -140,7 +171,7 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     import tokenmill.sim.calibrate as calibrate
 
     monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path)
-    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 4))
+    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 3))
     fitted_on, fit = [], calibrate.fit_efficiency
 
     def recording_fit(arch, base, precision, points, **kwargs):
@@ -150,12 +181,16 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(calibrate, "fit_efficiency", recording_fit)
     assert main(["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
-    assert "decode step, batch 4" in out and "per sequence" in out
+    assert "decode step, batch 3:" in out and "per sequence" in out
     assert "prefill of 128 tokens beside 4 decodes" in out
     # The step over a prefix hit is timed and priced beside its time, not fitted.
     assert "prefill of 192 tokens over 64 cached beside 4 decodes" in out and "not fitted; the profile prices" in out
+    # The decode over long contexts fits the K/V read rate alone, after the rest.
+    assert "decode step, batch 4 over 1024-token contexts" in out and "fits the K/V read rate alone" in out
     assert calibrate.MIXED_STEP in fitted_on and calibrate.CACHED_STEP not in fitted_on
+    assert calibrate.LONG_DECODE not in fitted_on
     profile = json.loads((tmp_path / "this-machine.json").read_text())
+    assert 0 < profile["efficiency"]["kv_read"] <= 1
     assert profile["default_precision"] == "fp32" and "dummy:tiny in fp32" in profile["sources"][0]
     assert profile["kv_cache_bytes"] > 0  # the engine's own default cache, not the machine's memory
     assert main(["sim", "--hardware", "this-machine", "--model", "dummy:tiny", "--json", *SMALL]) == 0
@@ -211,18 +246,22 @@ def test_served_steps_are_timed_in_alternated_rounds():
     finally:
         served.shutdown()
     assert [shape for shape, _ in points] == [(1, 0), (3, 0), (0, 64), (0, 256), calibrate.MIXED_STEP,
-                                              calibrate.CACHED_STEP]
+                                              calibrate.CACHED_STEP, calibrate.LONG_DECODE]
     assert all(seconds > 0 for _, seconds in points)
     # Per request 2 + 12 decode steps; the 3 prefills of each length, rounded up to 2 per round; as many
     # mixed steps, each a prompt sent once its round's decoding requests have their second token; as many
-    # cached steps, each a prefix served alone first, then the decodes and a prompt that starts with it.
+    # cached steps, each a prefix served alone first, then the decodes and a prompt that starts with it;
+    # then the long-context decodes, as the decode batches are.
     decodes, tokens = calibrate.MIXED_STEP
     cached_decodes, cached_tokens = calibrate.CACHED_STEP
     one_round = [(calibrate.CONTEXT, 14)] * 4 + [(64, 1)] * 2 + [(256, 1)] * 2 + \
         ([(calibrate.CONTEXT, 14)] * decodes + [(tokens, 1)]) * 2 + \
         ([(calibrate.CACHED_CONTEXT, 1)] + [(calibrate.CONTEXT, 14)] * cached_decodes +
-         [(calibrate.CACHED_CONTEXT + cached_tokens, 1)]) * 2
+         [(calibrate.CACHED_CONTEXT + cached_tokens, 1)]) * 2 + \
+        [(calibrate.LONG_CONTEXT, 14)] * calibrate.LONG_DECODE[0]
     assert calls == one_round * 2
+    with pytest.raises(ValueError, match="long-context"):  # its batch among the plain decode batches
+        calibrate.measure_served_steps(served, (1, calibrate.LONG_DECODE[0]))
 
 
 def test_kv_cache_memory_bounds_the_blocks_and_the_batch(capsys):

@@ -11,13 +11,15 @@ Two kinds of measurement, both on this machine's CPU, or its GPU with ``--device
    default), a prefill chunk beside decodes (the step a request that
    arrives while others decode waits on for its first token: a Server run's
    TTFT), and one beside decodes that continues over a prefix-cache hit
-   (``CACHED_STEP``), each the median of repeated steps over alternated rounds.
+   (``CACHED_STEP``), and decode steps over long contexts (``LONG_DECODE``), each the median of
+   repeated steps over alternated rounds.
 
 The profile's efficiency factors (memory, GEMM, host overhead per step and
 per sequence, and with CUDA graphs a per-step cost of the eager steps) are
 then the ones under which the cost model (cost.py) best reproduces the
-measured steps, all but ``CACHED_STEP``; the largest relative error is
-reported, and the profile's price of ``CACHED_STEP`` beside its measured time
+measured steps, all but ``CACHED_STEP`` and ``LONG_DECODE``; the largest relative error is
+reported. Then the rate at which attention reads cached K/V is fitted on ``LONG_DECODE`` alone
+(``fit_kv_read``), and the profile's price of ``CACHED_STEP`` is set beside its measured time
 (a check, not fitted). The profile is written to ``~/.cache/tokenmill/sim/this-machine.json``
 and read by ``--hardware this-machine`` (``--profile NAME``: ``NAME.json``, read by
 ``--hardware NAME``; with the engine's kernel flags, e.g. the uplift baseline's torch kernels,
@@ -63,6 +65,15 @@ one cost 2.99x the fitted profile's price in an Offline run and 1.11x at the med
 checked against the profile's price, not fitted."""
 CACHED_CONTEXT = 64
 CONTEXT = 64  # prompt tokens of each decoding request
+LONG_DECODE = (4, 0)
+"""(decodes, prefill tokens) of the calibrated decode step over long contexts: 4 requests whose
+prompts are ``LONG_CONTEXT`` tokens each. The other steps read little cached K/V (64-token
+contexts); this one reads 4 x 1,024 tokens' worth, and fits the profile's K/V read rate
+(``Efficiency.kv_read``) alone, after the other factors are fitted without it. On a 2-core Xeon at
+one thread such a step cost 0.90x its price at the memory rate fitted on the weights' stream (paged
+attention reads each token's K/V head by head), and served steps over 1,024-token shared prefixes
+read 0.83-0.91x (docs/SIMULATOR.md "Steps over long contexts")."""
+LONG_CONTEXT = 1024
 ROUNDS = 4  # each shape timed in this many alternated rounds (measure_served_steps)
 DEFAULT_PRICE_PER_HOUR = 0.10
 """USD per hour: a nominal small cloud VM; pass --price-per-gpu-hour to tokenmill sim for your own."""
@@ -172,15 +183,18 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12, roun
     def prompt(n: int) -> list[int]:  # random ids: no prefix-cache hits between prompts
         return [rng.randrange(10, vocab) for _ in range(n)]
 
+    if LONG_DECODE in [(batch, 0) for batch in batches]:
+        raise ValueError(f"calibrate: decode batch {LONG_DECODE[0]} is the long-context step's; time other batches")
     shapes = [(batch, 0) for batch in batches] + [(0, tokens) for tokens in prefill_tokens] + [MIXED_STEP,
-                                                                                              CACHED_STEP]
+                                                                                              CACHED_STEP, LONG_DECODE]
     samples: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
     decode_steps = -(-repeats // rounds)  # per round, so that `repeats` or more are timed in all
     prefills = -(-max(3, repeats // 4) // rounds)  # per round, of each prompt length
     for _ in range(rounds):
         for batch, tokens in shapes:
             if not tokens:  # the batch's prompts take a few prefill steps; then decode_steps+ steps of all of them
-                runs = [([prompt(CONTEXT) for _ in range(batch)], decode_steps + 12, [])]
+                context = LONG_CONTEXT if (batch, tokens) == LONG_DECODE else CONTEXT
+                runs = [([prompt(context) for _ in range(batch)], decode_steps + 12, [])]
             elif (batch, tokens) == CACHED_STEP:  # a prefix served first, then a prompt that starts with it
                 runs = []
                 for _ in range(prefills):
@@ -376,20 +390,38 @@ def _calibrate(served, model: str | None, name: str,
     runner = core.runner
     graphs = runner.decode_graphs is not None
     max_rows = runner.decode_graphs.batch_sizes[-1] if graphs and runner.graph_multi_token_runs else None
-    fitted = [(shape, seconds) for shape, seconds in points if shape != CACHED_STEP]
+    fitted = [(shape, seconds) for shape, seconds in points if shape not in (CACHED_STEP, LONG_DECODE)]
     efficiency, error, overlap = fit_efficiency(core.arch, base, precision, fitted, eager_steps=graphs,
                                                 graph_max_rows=max_rows)
     profile = replace(base, efficiency=efficiency, overlap=overlap)
-    return profile, points, error, cached_step_s(core.arch, profile, precision)
+    profile = fit_kv_read(core.arch, profile, precision, dict(points)[LONG_DECODE])
+    return profile, points, error, point_price_s(core.arch, profile, precision, CACHED_STEP)
 
 
-def cached_step_s(arch, profile: Hardware, precision: str) -> float:
-    """The profile's price of ``CACHED_STEP``: 4 decodes over ``CONTEXT`` tokens beside a
-    192-token chunk over ``CACHED_CONTEXT`` cached ones."""
+def fit_kv_read(arch, profile: Hardware, precision: str, measured_s: float) -> Hardware:
+    """``profile`` with the K/V read fraction (``Efficiency.kv_read``, in hundredths) under which its
+    price of ``LONG_DECODE`` is nearest ``measured_s``; the other factors as fitted."""
+    def error(kv_read: float) -> float:
+        hw = replace(profile, efficiency=replace(profile.efficiency, kv_read=kv_read))
+        return abs(point_price_s(arch, hw, precision, LONG_DECODE) / measured_s - 1)
+
+    best = min((x / 100 for x in range(1, 101)), key=error)
+    return replace(profile, efficiency=replace(profile.efficiency, kv_read=best))
+
+
+def point_price_s(arch, profile: Hardware, precision: str, point: tuple[int, int]) -> float:
+    """The profile's price of a calibrated step that the main fit leaves out: ``CACHED_STEP`` (4
+    decodes over ``CONTEXT`` tokens beside a 192-token chunk over ``CACHED_CONTEXT`` cached ones) or
+    ``LONG_DECODE`` (4 decodes over ``LONG_CONTEXT`` tokens)."""
     from tokenmill.sim.cost import Parallel, step_cost, step_time
     from tokenmill.sim.shapes import PrefillChunk, StepShape
 
-    decodes, tokens = CACHED_STEP
-    shape = StepShape(decode_contexts=(CONTEXT,) * decodes, prefills=(PrefillChunk(tokens, CACHED_CONTEXT),))
+    decodes, tokens = point
+    if point == CACHED_STEP:
+        shape = StepShape(decode_contexts=(CONTEXT,) * decodes, prefills=(PrefillChunk(tokens, CACHED_CONTEXT),))
+    elif point == LONG_DECODE:
+        shape = StepShape(decode_contexts=(LONG_CONTEXT,) * decodes)
+    else:
+        raise ValueError(f"point_price_s: {point} is fitted with the rest, not priced apart")
     kv_bytes = 4.0 if precision == "fp32" else 2.0
     return step_time(step_cost(arch, shape, Parallel(), precision, kv_bytes), profile, precision).total_s

@@ -440,7 +440,15 @@ def _validate_latency(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from tokenmill.sim.calibrate import CACHED_CONTEXT, CACHED_STEP, ENGINE_FIELDS, calibrate, profile_path
+    from tokenmill.sim.calibrate import (
+        CACHED_CONTEXT,
+        CACHED_STEP,
+        ENGINE_FIELDS,
+        LONG_CONTEXT,
+        LONG_DECODE,
+        calibrate,
+        profile_path,
+    )
 
     engine = {f: getattr(args, f) for f in ENGINE_FIELDS}
     profile, points, error, cached_s = calibrate(args.dtype, args.num_threads, args.device, args.model,
@@ -454,6 +462,9 @@ def _calibrate(args: argparse.Namespace) -> int:
             (f" beside {batch} decodes" if batch else "")
         check = f" (not fitted; the profile prices it at {cached_s * 1e3:.2f} ms, " \
                 f"{cached_s / seconds:.2f}x the measured)" if (batch, tokens) == CACHED_STEP else ""
+        if (batch, tokens) == LONG_DECODE:
+            what += f" over {LONG_CONTEXT}-token contexts"
+            check = f" (fits the K/V read rate alone: {e.kv_read:.2f} of the memory read rate)"
         print(f"  engine {what}: {seconds * 1e3:.2f} ms{check}")
     eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
     print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "

@@ -439,7 +439,10 @@ def step_time(cost: StepCost, hardware: Hardware, precision: str, fused_allreduc
         compute += cost.expert_gemm_flops * (1 / expert_rate - 1 / dense_rate)
     compute += _tiled_gemms_s(cost, hardware, precision)
     experts = cost.expert_weight_bytes / (eff.expert_stream or eff.memory)
-    memory = (experts + (cost.memory_bytes - cost.expert_weight_bytes) / eff.memory) / hardware.memory_bw
+    streamed = cost.memory_bytes - cost.expert_weight_bytes
+    if eff.kv_read is not None:  # the cached K/V read at a rate of its own: as that many bytes at eff.memory
+        streamed += cost.kv_read_bytes * (eff.memory / eff.kv_read - 1)
+    memory = (experts + streamed / eff.memory) / hardware.memory_bw
     link = (hardware.interconnect_bw if cost.devices <= hardware.scale_up_size else hardware.scale_out_bw) * eff.comm
     forward = math.hypot(compute, memory) if hardware.overlap else compute + memory
     allreduce = cost.allreduce_bytes / link

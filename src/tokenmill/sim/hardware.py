@@ -125,6 +125,9 @@ class Efficiency:
     GPUs; empty: ``gemm_for``."""
     memory: float = 0.75
     """Weight-streaming GEMV/skinny-GEMM kernels reach ~70-80% of HBM peak (0.76 measured above)."""
+    kv_read: float | None = None
+    """The fraction of memory bandwidth at which attention reads cached K/V (``StepCost.kv_read_bytes``), in
+    place of ``memory``; None: ``memory``. Calibrations fit it on a long-context decode (calibrate.py)."""
     attention: float = 0.5
     """FlashAttention-3 reaches ~75% of H100 bf16 peak on long sequences
     (Shah et al., 2024); causal masks, short chunks and varlen batches cost more."""
@@ -199,7 +202,7 @@ class Efficiency:
 
     def __post_init__(self) -> None:
         values = {name: getattr(self, name) for name in ("gemm", "memory", "attention", "comm")}
-        for name in ("expert_stream", "upcast_expert_gemm"):
+        for name in ("expert_stream", "upcast_expert_gemm", "kv_read"):
             if getattr(self, name) is not None:
                 values[name] = getattr(self, name)
         for table in ("gemm_by_precision", "tiled_gemm_by_precision", "attention_by_precision"):
