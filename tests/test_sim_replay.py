@@ -105,14 +105,22 @@ def test_the_servers_step_counters_are_set_against_the_simulated_steps(tmp_path,
             "--max-num-seqs", "8", "--max-num-batched-tokens", "256"]
     assert main([*args, "--replay", str(_run(tmp_path, _records()))]) == 0
     assert "engine steps" not in capsys.readouterr().out
-    path = _run(tmp_path, _records(), engine_steps=90, engine_busy_s=0.45)
+    path = _run(tmp_path, _records(), engine_steps=90, engine_busy_s=0.6)
     assert main([*args, "--json", "--replay", str(path)]) == 0
     doc = json.loads(capsys.readouterr().out)
     simulated = doc["simulated"]
     # Five queries 0.5 s apart, each done in milliseconds on an H100: alone in their steps, one
-    # step per output token (a prefill that samples the first, then decodes), 84 in all.
+    # step per output token (a prefill that samples the first, then decodes), 84 in all, 5 with a prompt.
     assert simulated["engine_steps"] == 84 and 0 < simulated["engine_busy_s"] < 0.5
-    assert (doc["measured"]["engine_steps"], doc["measured"]["engine_busy_s"]) == (90, 0.45)
+    assert simulated["engine_prefill_steps"] == 5 and 0 < simulated["engine_prefill_busy_s"] < simulated["engine_busy_s"]
+    assert (doc["measured"]["engine_steps"], doc["measured"]["engine_busy_s"]) == (90, 0.6)
     assert main([*args, "--replay", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "| engine steps | 90.0 |" in out and "| engine busy | 0.5 s |" in out and "| mean step | 5.0 ms |" in out
+    assert "| engine steps | 90 | 84 | 0.93 |" in out and "| engine busy | 0.6 s |" in out
+    assert "| mean step | 6.7 ms |" in out and "with a prompt" not in out  # no split read: totals only
+    path = _run(tmp_path, _records(), engine_steps=90, engine_busy_s=0.6, engine_prefill_steps=5,
+                engine_prefill_busy_s=0.2)
+    assert main([*args, "--replay", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| engine steps with a prompt | 5 | 5 | 1.00 |" in out and "| mean step with a prompt | 40.0 ms |" in out
+    assert "| engine steps decode-only | 85 | 79 | 0.93 |" in out and "| mean step decode-only | 4.7 ms |" in out

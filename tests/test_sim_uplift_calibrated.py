@@ -37,7 +37,7 @@ def test_calibrate_names_a_profile_of_the_engine_with_other_kernels(tmp_path, mo
     import tokenmill.sim.calibrate as calibrate
 
     monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path)
-    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 4))
+    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1, 3))
     engine = ["--attention-backend", "torch", "--fused-ops", "torch", "--linear-backend", "torch", "--enforce-eager"]
     argv = ["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--dtype", "float32"]
     assert main([*argv, "--profile", "torch-eager", *engine]) == 0

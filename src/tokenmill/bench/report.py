@@ -220,8 +220,15 @@ def _steps_line(m) -> str:
     """The target's steps over the run and the time it spent in them (its own counters)."""
     if not m.engine_steps or m.engine_busy_s is None:
         return "n/a (no counters)"
-    return (f"{m.engine_steps:,} in {m.engine_busy_s:,.1f} s busy ({m.engine_busy_s / m.duration_s:.0%} of the run; "
-            f"{m.engine_busy_s / m.engine_steps * 1e3:,.1f} ms a step; the target's counters, workers summed)")
+    line = (f"{m.engine_steps:,} in {m.engine_busy_s:,.1f} s busy ({m.engine_busy_s / m.duration_s:.0%} of the run; "
+            f"{m.engine_busy_s / m.engine_steps * 1e3:,.1f} ms a step")
+    prefill, prefill_s = m.engine_prefill_steps, m.engine_prefill_busy_s
+    if prefill is not None and prefill_s is not None:
+        decode = m.engine_steps - prefill
+        line += f"; {prefill:,} with a prompt" + (f", {prefill_s / prefill * 1e3:,.1f} ms each" if prefill else "")
+        line += f", {decode:,} decode-only" + (f", {(m.engine_busy_s - prefill_s) / decode * 1e3:,.1f} ms each"
+                                                 if decode else "")
+    return line + "; the target's counters, workers summed)"
 
 
 def _gc_line(pauses: dict | None) -> str:

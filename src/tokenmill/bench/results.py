@@ -156,6 +156,9 @@ class Metrics:
     engine_busy_s: float | None = None
     """Their wall seconds, summed over workers: over ``duration_s``, the share of the run
     the engines spent in steps."""
+    engine_prefill_steps: int | None = None
+    engine_prefill_busy_s: float | None = None
+    """Of those, the steps that computed prompt tokens (beside any decodes) and their seconds."""
     gc_pauses: dict | None = None
     """This process's garbage collections during the run, per generation
     ("gen0".."gen2": collections, total_ms, max_ms; engine/gc_heap.py): with

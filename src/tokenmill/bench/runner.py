@@ -82,7 +82,8 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     result.metrics.prefix_cache_hit_rate = rates["prefix_cache_hit_rate"]
     result.metrics.spec_acceptance_rate = rates["spec_acceptance_rate"]
     result.metrics.spec_tokens_per_verification = rates["spec_tokens_per_verification"]
-    result.metrics.engine_steps, result.metrics.engine_busy_s = rates["engine_steps"], rates["engine_busy_s"]
+    for name in ("engine_steps", "engine_busy_s", "engine_prefill_steps", "engine_prefill_busy_s"):
+        setattr(result.metrics, name, rates[name])
     result.metrics.gc_pauses = gc_log.summary()
     result.gc_stalls = gc_log.stalls(since_unix=run.t0_unix, min_ms=GC_STALL_MS)
     if settings.mode == "accuracy":
@@ -105,7 +106,9 @@ def _counter_reader(target: Target, backend) -> Callable[[], dict[str, float] | 
                     "spec_drafts": float(s.spec_draft_tokens), "spec_accepted": float(s.spec_accepted_tokens),
                     "spec_verifications": float(s.spec_verifications),
                     "engine_steps": float(sum(s.engine_steps.values())),
-                    "engine_step_seconds": sum(s.engine_step_seconds.values())}
+                    "engine_step_seconds": sum(s.engine_step_seconds.values()),
+                    "engine_prefill_steps": float(s.engine_steps.get("prefill", 0)),
+                    "engine_prefill_step_seconds": s.engine_step_seconds.get("prefill", 0.0)}
         return engine_counters
     headers = {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else None
     return lambda: read_counters(backend.label, headers)

@@ -23,18 +23,25 @@ COUNTERS = {
     "spec_verifications": ("tokenmill:spec_decode_num_verifications_total", "vllm:spec_decode_num_drafts_total"),
     "engine_steps": ("tokenmill:engine_steps_total",),
     "engine_step_seconds": ("tokenmill:engine_step_seconds_total",),
+    "engine_prefill_steps": ('tokenmill:engine_steps_total{kind="prefill"}',),
+    "engine_prefill_step_seconds": ('tokenmill:engine_step_seconds_total{kind="prefill"}',),
 }
-"""Our name -> the Prometheus counters (tokenmill's, vLLM's) that hold it."""
+"""Our name -> the Prometheus counters (tokenmill's, vLLM's) that hold it: a bare name sums
+every label set, a name with its labels only that sample."""
 
 
 def parse_counters(text: str) -> dict[str, float]:
-    """The COUNTERS present in Prometheus text, each summed over its label sets."""
-    names = {prom: ours for ours, proms in COUNTERS.items() for prom in proms}
+    """The COUNTERS present in Prometheus text."""
+    names: dict[str, list[str]] = {}
+    for ours, proms in COUNTERS.items():
+        for prom in proms:
+            names.setdefault(prom, []).append(ours)
     out: dict[str, float] = {}
     for line in text.splitlines():
-        ours = names.get(line.split("{", 1)[0].split(" ", 1)[0])
-        if ours is not None:
-            out[ours] = out.get(ours, 0.0) + float(line.rpartition(" ")[2])
+        sample, _, value = line.rpartition(" ")
+        for key in {sample.split("{", 1)[0], sample}:  # the bare name, and the sample with its labels
+            for ours in names.get(key, ()):
+                out[ours] = out.get(ours, 0.0) + float(value)
     return out
 
 
@@ -63,4 +70,6 @@ def rates_between(before: dict[str, float] | None, after: dict[str, float] | Non
             "spec_acceptance_rate": accepted / drafts if accepted is not None and drafts else None,
             "spec_tokens_per_verification": (accepted + steps) / steps if accepted is not None and steps else None,
             "engine_steps": int(n_steps) if (n_steps := delta("engine_steps")) else None,
-            "engine_busy_s": delta("engine_step_seconds") or None}
+            "engine_busy_s": delta("engine_step_seconds") or None,
+            "engine_prefill_steps": None if (n_prefill := delta("engine_prefill_steps")) is None else int(n_prefill),
+            "engine_prefill_busy_s": delta("engine_prefill_step_seconds")}

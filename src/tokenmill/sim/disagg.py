@@ -94,14 +94,14 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
     outputs = np.array([r.output_tokens for r in requests], dtype=np.int64)
     first = np.full(n, np.nan)
     finish = np.full(n, np.nan)
-    totals = np.zeros(4)  # steps, preemptions, scheduled seqs, scheduled tokens
-    busy = 0.0
+    totals = np.zeros(5)  # steps, preemptions, scheduled seqs, scheduled tokens, prefill steps
+    busy = np.zeros(2)  # seconds in steps, of them in prefill steps
 
     def run(staged: list[SimRequest], replicas: int, pool: Pool) -> SimResult:
-        nonlocal busy
         result = simulate_routed(staged, replicas, pool.step_time, pool.config)
-        totals[:] += (result.steps, result.preemptions, result.scheduled_seqs, result.scheduled_tokens)
-        busy += result.busy_s
+        totals[:] += (result.steps, result.preemptions, result.scheduled_seqs, result.scheduled_tokens,
+                      result.prefill_steps)
+        busy[:] += (result.busy_s, result.prefill_busy_s)
         return result
 
     prefilled = run([replace(r, output_tokens=1) for r in requests], split.prefill_replicas, prefill)
@@ -114,10 +114,10 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
         context = [requests[i].prompt_tokens + 1 for i in rest]  # the prompt and the first token
         finish[rest] = run([SimRequest(float(t), c, int(outputs[i]) - 1, c) for i, t, c in zip(rest, handoff, context)],
                            split.decode_replicas, decode).finish_s
-    steps, preemptions, seqs, tokens = (int(v) for v in totals)
+    steps, preemptions, seqs, tokens, prefill_steps = (int(v) for v in totals)
     # The prefix cache's counters are the prefill pool's: the decode pool receives each KV whole.
-    return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, busy,
-                     prefilled.prefix_hit_tokens, prefilled.prefix_query_tokens)
+    return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, float(busy[0]),
+                     prefilled.prefix_hit_tokens, prefilled.prefix_query_tokens, prefill_steps, float(busy[1]))
 
 
 def transfer_time(arch, hw: Hardware, d: Deployment):

@@ -485,6 +485,8 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
         "engine_steps": round(result.steps * share), "engine_busy_s": result.busy_s * share,
+        "engine_prefill_steps": round(result.prefill_steps * share),
+        "engine_prefill_busy_s": result.prefill_busy_s * share,
         "prefix_cache_hit_rate": result.prefix_cache_hit_rate,
         "requests_simulated": round(len(result.arrival_s) * share),
     }

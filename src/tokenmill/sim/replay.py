@@ -82,7 +82,8 @@ def measured_figures(trace: Trace) -> dict:
             "ttft_ms": {"p50": m.ttft_ms.p50, "p99": m.ttft_ms.p99} if m.ttft_ms else None,
             "tpot_ms": {"p50": m.tpot_ms.p50, "p99": m.tpot_ms.p99} if m.tpot_ms else None,
             "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
-            "engine_steps": m.engine_steps, "engine_busy_s": m.engine_busy_s}
+            "engine_steps": m.engine_steps, "engine_busy_s": m.engine_busy_s,
+            "engine_prefill_steps": m.engine_prefill_steps, "engine_prefill_busy_s": m.engine_prefill_busy_s}
 
 
 def comparison_table(trace: Trace, simulated: dict) -> str:
@@ -107,10 +108,31 @@ def comparison_table(trace: Trace, simulated: dict) -> str:
         for pct in ("p50", "p99"):
             m, s = measured[key], simulated[key]
             row(f"{label} {pct}", m and m[pct], s and s[pct], " ms")
-    steps, busy = measured["engine_steps"], measured["engine_busy_s"]
-    if steps and busy is not None:  # the server's step counters (engine/step_stats.py), workers summed
-        row("engine steps", steps, simulated["engine_steps"], "")
-        row("engine busy", busy, simulated["engine_busy_s"], " s")
-        row("mean step", busy / steps * 1e3, simulated["engine_busy_s"] / max(simulated["engine_steps"], 1) * 1e3,
-            " ms")
+    if measured["engine_steps"] and measured["engine_busy_s"] is not None:
+        lines += _step_rows(measured, simulated)
     return "\n".join(lines)
+
+
+def _step_rows(measured: dict, simulated: dict) -> list[str]:
+    """The server's step counters (engine/step_stats.py, workers summed) against the simulated
+    steps: all of them, then those with a prompt chunk and the decode-only ones where the run
+    read the split."""
+    def kinds(f: dict) -> dict[str, tuple[float, float | None]]:
+        steps, busy = f["engine_steps"], f["engine_busy_s"]
+        out = {"": (steps, busy)}
+        if f.get("engine_prefill_steps") is not None and f.get("engine_prefill_busy_s") is not None:
+            out[" with a prompt"] = (f["engine_prefill_steps"], f["engine_prefill_busy_s"])
+            out[" decode-only"] = (steps - f["engine_prefill_steps"], busy - f["engine_prefill_busy_s"])
+        return out
+
+    rows, sim = [], kinds(simulated)
+    for label, (steps, busy) in kinds(measured).items():
+        sim_steps, sim_busy = sim[label]
+        rows.append(f"| engine steps{label} | {steps:,.0f} | {sim_steps:,.0f} | "
+                    f"{sim_steps / steps:.2f} |" if steps else f"| engine steps{label} | 0 | {sim_steps:,.0f} | n/a |")
+        if label == "":
+            rows.append(f"| engine busy | {busy:,.1f} s | {sim_busy:,.1f} s | {sim_busy / busy:.2f} |")
+        if steps and sim_steps:
+            mean, sim_mean = busy / steps * 1e3, sim_busy / sim_steps * 1e3
+            rows.append(f"| mean step{label} | {mean:,.1f} ms | {sim_mean:,.1f} ms | {sim_mean / mean:.2f} |")
+    return rows

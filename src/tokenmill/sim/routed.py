@@ -142,4 +142,5 @@ def _merged(sims: list[ReplicaSim], owner: np.ndarray) -> SimResult:
         first[mine], finish[mine], gen[mine] = sim.first[mine], sim.finish[mine], sim.gen[mine]
     return SimResult(sims[0].arrival, first, finish, gen, sum(s.steps for s in sims),
                      sum(s.preemptions for s in sims), sum(s.seqs for s in sims), sum(s.tokens for s in sims),
-                     sum(s.busy for s in sims), sum(s.hit_tokens for s in sims), sum(s.query_tokens for s in sims))
+                     sum(s.busy for s in sims), sum(s.hit_tokens for s in sims), sum(s.query_tokens for s in sims),
+                     sum(s.prefill_steps for s in sims), sum(s.prefill_busy for s in sims))

@@ -181,7 +181,8 @@ class ReplicaSim(PrefixHits):
         self.preemptions = 0
         self.steps = self.seqs = self.tokens = self.idle_steps = 0
         self.hit_tokens = self.query_tokens = 0  # the prefix cache's counters (SimResult)
-        self.busy = 0.0
+        self.busy = self.prefill_busy = 0.0
+        self.prefill_steps = 0
         self.finished_last_step = _EMPTY
         """Requests the last step finished (sim/routed.py subtracts their load)."""
         self.adp_gate = AdpGate(cfg.adp_balance) if cfg.adp_balance else None
@@ -246,11 +247,15 @@ class ReplicaSim(PrefixHits):
                 raise RuntimeError("simulation made no progress")
             return 0.0
         self.idle_steps = 0
-        dt = float(step_time(self._shape(step)))
+        shape = self._shape(step)
+        dt = float(step_time(shape))
         if not (dt >= 0 and math.isfinite(dt)):
             raise ValueError(f"step_time: returned {dt}; need finite seconds >= 0")
         self.busy += dt
         self.steps += 1
+        if shape.prefills:
+            self.prefill_steps += 1
+            self.prefill_busy += dt
         self.seqs += step.ids.size
         self.tokens += int(step.num.sum())
         self.finished_last_step = self._update(step, t + dt)
@@ -259,7 +264,8 @@ class ReplicaSim(PrefixHits):
 
     def result(self) -> SimResult:
         return SimResult(self.arrival, self.first, self.finish, self.gen, self.steps, self.preemptions,
-                         self.seqs, self.tokens, self.busy, self.hit_tokens, self.query_tokens)
+                         self.seqs, self.tokens, self.busy, self.hit_tokens, self.query_tokens, self.prefill_steps,
+                         self.prefill_busy)
 
     # ---- schedule (Scheduler.schedule) ----
 

@@ -33,6 +33,10 @@ class SimResult:
     prefix_query_tokens: int = 0
     """Prompt tokens found cached and looked up at admissions, as the engine's counters count them
     (KVCacheManager.count_lookup: once per admission, a recompute's too)."""
+    prefill_steps: int = 0
+    prefill_busy_s: float = 0.0
+    """Of ``steps`` and ``busy_s``, the steps that computed prompt tokens (a chunk, beside any
+    decodes), as the engine's step counters split them (engine/step_stats.py)."""
 
     @property
     def prefix_cache_hit_rate(self) -> float:
