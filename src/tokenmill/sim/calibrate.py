@@ -322,9 +322,10 @@ def _gpu_base(name: str) -> Hardware | None:
 
 def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",
               model: str | None = None, name: str = THIS_MACHINE, engine: dict | None = None,
-              prefill_tokens: tuple[int, ...] = PREFILL_TOKENS) -> tuple[Hardware, list, float, float]:
+              prefill_tokens: tuple[int, ...] = PREFILL_TOKENS) -> tuple[Hardware, list, float, dict]:
     """Measure, fit, write the profile ``name``; returns (profile, measured points, fit error, the
-    profile's price of ``CACHED_STEP`` in seconds, to set beside its measured point).
+    profile's prices in seconds of the points the main fit leaves out, ``CACHED_STEP`` and ``LONG_DECODE``,
+    to set beside their measured times).
     ``model``: what the engine runs (default: the embedded model; ``dummy:<preset>``
     for random weights where no checkpoint is at hand); ``engine``: EngineConfig fields of
     ``ENGINE_FIELDS`` (default: the engine's own choices); ``prefill_tokens``: the lengths of the
@@ -343,16 +344,16 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     served = AsyncEngine(EngineConfig(model=model, load_format=load_format, device=device, dtype=dtype_name,
                                       num_threads=num_threads, **(engine or {})))
     try:
-        profile, points, error, cached_s = _calibrate(served, model, name, tuple(prefill_tokens))
+        profile, points, error, priced = _calibrate(served, model, name, tuple(prefill_tokens))
     finally:
         served.shutdown()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile.to_dict(), indent=2))
-    return profile, points, error, cached_s
+    return profile, points, error, priced
 
 
 def _calibrate(served, model: str | None, name: str,
-               prefill_tokens: tuple[int, ...]) -> tuple[Hardware, list, float, float]:
+               prefill_tokens: tuple[int, ...]) -> tuple[Hardware, list, float, dict]:
     import torch
 
     from tokenmill.model.embedded import EMBEDDED_NAME
@@ -395,7 +396,8 @@ def _calibrate(served, model: str | None, name: str,
                                                 graph_max_rows=max_rows)
     profile = replace(base, efficiency=efficiency, overlap=overlap)
     profile = fit_kv_read(core.arch, profile, precision, dict(points)[LONG_DECODE])
-    return profile, points, error, point_price_s(core.arch, profile, precision, CACHED_STEP)
+    priced = {p: point_price_s(core.arch, profile, precision, p) for p in (CACHED_STEP, LONG_DECODE)}
+    return profile, points, error, priced
 
 
 def fit_kv_read(arch, profile: Hardware, precision: str, measured_s: float) -> Hardware:

@@ -451,7 +451,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     )
 
     engine = {f: getattr(args, f) for f in ENGINE_FIELDS}
-    profile, points, error, cached_s = calibrate(args.dtype, args.num_threads, args.device, args.model,
+    profile, points, error, priced = calibrate(args.dtype, args.num_threads, args.device, args.model,
                                                  args.profile, engine, tuple(args.prefill_tokens))
     e = profile.efficiency
     print(f"{profile.name} ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
@@ -460,11 +460,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         what = f"decode step, batch {batch}" if not tokens else f"prefill of {tokens} tokens" + \
             (f" over {CACHED_CONTEXT} cached" if (batch, tokens) == CACHED_STEP else "") + \
             (f" beside {batch} decodes" if batch else "")
-        check = f" (not fitted; the profile prices it at {cached_s * 1e3:.2f} ms, " \
-                f"{cached_s / seconds:.2f}x the measured)" if (batch, tokens) == CACHED_STEP else ""
-        if (batch, tokens) == LONG_DECODE:
+        price = priced.get((batch, tokens))
+        check = "" if price is None else f"; the profile prices it at {price * 1e3:.2f} ms, " \
+                                         f"{price / seconds:.2f}x the measured)"
+        if (batch, tokens) == CACHED_STEP:
+            check = " (not fitted" + check
+        elif (batch, tokens) == LONG_DECODE:
             what += f" over {LONG_CONTEXT}-token contexts"
-            check = f" (fits the K/V read rate alone: {e.kv_read:.2f} of the memory read rate)"
+            check = f" (fits the K/V read rate alone: {e.kv_read:.2f} of the memory read rate" + check
         print(f"  engine {what}: {seconds * 1e3:.2f} ms{check}")
     eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
     print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
