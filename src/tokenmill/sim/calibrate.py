@@ -70,9 +70,10 @@ LONG_DECODE = (4, 0)
 prompts are ``LONG_CONTEXT`` tokens each. The other steps read little cached K/V (64-token
 contexts); this one reads 4 x 1,024 tokens' worth, and fits the profile's K/V read rate
 (``Efficiency.kv_read``) alone, after the other factors are fitted without it. On a 2-core Xeon at
-one thread such a step cost 0.90x its price at the memory rate fitted on the weights' stream (paged
-attention reads each token's K/V head by head), and served steps over 1,024-token shared prefixes
-read 0.83-0.91x (docs/SIMULATOR.md "Steps over long contexts")."""
+one thread a profile without it priced such a step at 0.91x its time (the K/V at the memory rate
+fitted on the weights' stream), and the steps of served runs over 1,024-token shared prefixes at
+0.83-0.91x; the torch attention path, which copies each sequence's blocks out of the paged cache,
+fits 0.22 of the memory rate (docs/SIMULATOR.md "Steps over long contexts")."""
 LONG_CONTEXT = 1024
 ROUNDS = 4  # each shape timed in this many alternated rounds (measure_served_steps)
 DEFAULT_PRICE_PER_HOUR = 0.10
