@@ -17,9 +17,15 @@ import argparse
 import time
 from pathlib import Path
 
-from tokenmill.sim.hardware import get_hardware, get_hardware_with_tile_rule
+from tokenmill.sim.hardware import Hardware, get_hardware, with_tile_rule
 from tokenmill.sim.published import RESULTS, PublishedResult
 from tokenmill.sim.validate import table, validate
+
+
+def get_hardware_with_tile_rule(name: str) -> Hardware:
+    """``get_hardware(name)`` under the tile rule: a module-level ``hardware_for`` for
+    ``sim.validate.validate`` over processes (``--tile-rule``)."""
+    return with_tile_rule(get_hardware(name))
 
 
 def _round(row: PublishedResult) -> str:

@@ -495,9 +495,3 @@ def with_tile_rule(hardware: Hardware) -> Hardware:
         raise ValueError(f"--tile-rule: {hardware.name} has no SM count, GEMM tile and tiled fractions to price "
                          f"tiles by (the datasheet GPUs have: {sorted(HARDWARE)})")
     return replace(hardware, efficiency=replace(hardware.efficiency, tile_rule=True))
-
-
-def get_hardware_with_tile_rule(name: str) -> Hardware:
-    """``get_hardware(name)`` under the tile rule: a module-level ``hardware_for`` for
-    ``sim.validate.validate`` over processes (benchmarks/sim_mlperf_rows.py ``--tile-rule``)."""
-    return with_tile_rule(get_hardware(name))
