@@ -5,6 +5,7 @@ line end to end (errors, comparison, sweeps)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -132,6 +133,8 @@ def test_real_tokenmill_server_each_scenario(run, server, tokenizer, tmp_path):
     assert m.engine_steps >= 6 and 0 < m.engine_busy_s <= m.duration_s
     assert 1 <= m.engine_prefill_steps <= min(m.num_queries, m.engine_steps - 5)  # 5+ decode-only steps after
     assert 0 < m.engine_prefill_busy_s < m.engine_busy_s
+    assert 0 < m.engine_busy_cpu_s <= m.engine_busy_s * 1.01 + 1e-3  # the stepping thread's CPU within the steps
+    assert m.client_cpu_s > 0 and m.host_cpus == os.cpu_count()  # this process: LoadGen and the HTTP client
     if api == "chat":
         assert (0 <= m.prefix_cache_hit_rate if scenario == "offline" else 0 < m.prefix_cache_hit_rate) \
             and m.prefix_cache_hit_rate <= 1
@@ -170,12 +173,17 @@ def test_server_counters_of_tokenmill_and_vllm_and_the_rates_between():
     assert rates_between(zero, zero)["spec_acceptance_rate"] is None
     steps = ('tokenmill:engine_steps_total{kind="prefill"} 4.0\ntokenmill:engine_steps_total{kind="decode"} 16.0\n'
              'tokenmill:engine_step_seconds_total{kind="prefill"} 0.5\n'
-             'tokenmill:engine_step_seconds_total{kind="decode"} 0.25\n')
+             'tokenmill:engine_step_seconds_total{kind="decode"} 0.25\n'
+             'tokenmill:engine_step_cpu_seconds_total{kind="prefill"} 0.25\n'
+             'tokenmill:engine_step_cpu_seconds_total{kind="decode"} 0.125\n')
     assert parse_counters(steps) == {"engine_steps": 20.0, "engine_step_seconds": 0.75,  # the kinds summed
-                                     "engine_prefill_steps": 4.0, "engine_prefill_step_seconds": 0.5}
+                                     "engine_prefill_steps": 4.0, "engine_prefill_step_seconds": 0.5,
+                                     "engine_step_cpu_seconds": 0.375}
     rates = rates_between({"engine_steps": 5.0, "engine_step_seconds": 0.25, "engine_prefill_steps": 1.0,
-                           "engine_prefill_step_seconds": 0.125}, parse_counters(steps))
+                           "engine_prefill_step_seconds": 0.125, "engine_step_cpu_seconds": 0.125},
+                          parse_counters(steps))
     assert (rates["engine_steps"], rates["engine_busy_s"]) == (15, pytest.approx(0.5))
+    assert rates["engine_busy_cpu_s"] == pytest.approx(0.25)
     assert (rates["engine_prefill_steps"], rates["engine_prefill_busy_s"]) == (3, pytest.approx(0.375))
     assert rates_between(parse_counters(steps), parse_counters(steps))["engine_steps"] is None  # no step between
 

@@ -57,7 +57,9 @@ def test_two_workers_answer_like_one_engine(cluster):
     total, each = cluster.stats(), [h.stats for h in cluster.workers.values() if h.stats is not None]
     for kind in ("prefill", "decode"):
         assert total.engine_steps[kind] == sum(s.engine_steps[kind] for s in each)
+        assert total.engine_step_cpu_seconds[kind] == pytest.approx(sum(s.engine_step_cpu_seconds[kind] for s in each))
     assert sum(total.engine_steps.values()) >= 12 and total.engine_step_seconds["decode"] > 0
+    assert 0 < total.engine_step_cpu_seconds["decode"] <= total.engine_step_seconds["decode"] * 1.01 + 1e-3
     assert all(sum(h.stats.engine_steps.values()) >= 1 for w, h in cluster.workers.items() if used[w])
 
 

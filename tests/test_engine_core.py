@@ -3,6 +3,8 @@ driven only by them, resume, and the one verb that ends a request."""
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 import pytest
 
@@ -131,10 +133,35 @@ def test_steps_are_counted_and_timed_by_kind_and_cross_the_boundary(core):
         stats = decode_outputs(encode(core.step())).stats  # the counters cross the msgpack boundary
     steps = {k: stats.engine_steps[k] - before.engine_steps.get(k, 0) for k in ("prefill", "decode")}
     seconds = {k: stats.engine_step_seconds[k] - before.engine_step_seconds.get(k, 0.0) for k in steps}
+    cpu = {k: stats.engine_step_cpu_seconds[k] - before.engine_step_cpu_seconds.get(k, 0.0) for k in steps}
     assert steps == {"prefill": 3, "decode": 6}  # s1: 2 prefill + 7 decode steps, one of those decodes s2's prefill
     assert all(s > 0 for s in seconds.values())
+    # The stepping thread's CPU time within the steps: some, and never more than their wall time
+    # (the clocks' granularity aside).
+    assert all(0 < cpu[k] <= seconds[k] * 1.01 + 1e-3 for k in steps)
     core.step()  # nothing scheduled: not a step
     assert core.stats().engine_steps == stats.engine_steps
+
+
+def test_a_step_that_waits_off_the_cpu_counts_its_wall_time_not_its_cpu_time(core, monkeypatch):
+    """A step whose thread sleeps 100 ms (as a thread waiting for a core does) takes that long on the
+    wall clock and almost no CPU time: the two counters tell computing from waiting."""
+    run = core._run
+
+    def waiting_run(out):
+        time.sleep(0.1)
+        return run(out)
+
+    monkeypatch.setattr(core, "_run", waiting_run)
+    before = core.stats()
+    core.add_request(EngineCoreRequest("w1", list(range(200, 210)), SamplingParams(max_tokens=1, ignore_eos=True)))
+    while core.has_unfinished_requests():
+        core.step()
+    after = core.stats()
+    wall = after.engine_step_seconds["prefill"] - before.engine_step_seconds.get("prefill", 0.0)
+    cpu = after.engine_step_cpu_seconds["prefill"] - before.engine_step_cpu_seconds.get("prefill", 0.0)
+    assert after.engine_steps["prefill"] - before.engine_steps.get("prefill", 0) == 1
+    assert wall >= 0.1 and cpu < wall - 0.09
 
 
 def test_core_refuses_bad_requests_and_registers_nothing(core):
@@ -203,8 +230,8 @@ def test_a_resumed_request_continues_token_identically(dtype):
 def test_resumed_text_continues_where_the_client_left_off():
     """With a tokenizer: the resumed request's text deltas are the rest of the
     uninterrupted answer (its earlier tokens are detokenizer context, not output)."""
-    from tokenmill.model.tokenizer import load_tokenizer
     from tokenmill.model.embedded import embedded_gguf_path
+    from tokenmill.model.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(str(embedded_gguf_path()))
     prompt = tokenizer.encode("Once upon a time")

@@ -200,6 +200,7 @@ def test_metrics_after_traffic(server, client, model):
     for kind in ("prefill", "decode"):  # each chat: one prefill step, then 3 decode steps
         assert labelled[f'tokenmill:engine_steps_total{{kind="{kind}"}}'] >= 2
         assert labelled[f'tokenmill:engine_step_seconds_total{{kind="{kind}"}}'] > 0
+        assert labelled[f'tokenmill:engine_step_cpu_seconds_total{{kind="{kind}"}}'] > 0
 
 
 def test_two_apps_in_one_process_keep_separate_metrics():

@@ -119,9 +119,17 @@ def test_the_servers_step_counters_are_set_against_the_simulated_steps(tmp_path,
     out = capsys.readouterr().out
     assert "| engine steps | 90 | 84 | 0.93 |" in out and "| engine busy | 0.6 s |" in out
     assert "| mean step | 6.7 ms |" in out and "with a prompt" not in out  # no split read: totals only
+    assert "on a core" not in out  # no CPU counter read: no such row
     path = _run(tmp_path, _records(), engine_steps=90, engine_busy_s=0.6, engine_prefill_steps=5,
                 engine_prefill_busy_s=0.2)
     assert main([*args, "--replay", str(path)]) == 0
     out = capsys.readouterr().out
     assert "| engine steps with a prompt | 5 | 5 | 1.00 |" in out and "| mean step with a prompt | 40.0 ms |" in out
     assert "| engine steps decode-only | 85 | 79 | 0.93 |" in out and "| mean step decode-only | 4.7 ms |" in out
+    # The steps' time on a core, where the run read it: the simulated busy seconds set against it.
+    path = _run(tmp_path, _records(), engine_steps=90, engine_busy_s=0.6, engine_busy_cpu_s=0.48)
+    assert main([*args, "--json", "--replay", str(path)]) == 0
+    busy = json.loads(capsys.readouterr().out)["simulated"]["engine_busy_s"]
+    assert main([*args, "--replay", str(path)]) == 0
+    row = f"| engine busy on a core (80% of it) | 0.5 s | {busy:,.1f} s | {busy / 0.48:.2f} |"
+    assert row in capsys.readouterr().out

@@ -212,6 +212,7 @@ def _results_block(r: BenchResult) -> list[str]:
          else f"{fmt_rate(m.spec_acceptance_rate)} of drafts accepted, {m.spec_tokens_per_verification:.2f} "
               "tokens per verification step"),
         ("engine steps", _steps_line(m)),
+        ("client CPU", _client_cpu_line(r)),
         ("GC pauses", _gc_line(m.gc_pauses)),
     ])
 
@@ -228,7 +229,21 @@ def _steps_line(m) -> str:
         line += f"; {prefill:,} with a prompt" + (f", {prefill_s / prefill * 1e3:,.1f} ms each" if prefill else "")
         line += f", {decode:,} decode-only" + (f", {(m.engine_busy_s - prefill_s) / decode * 1e3:,.1f} ms each"
                                                  if decode else "")
+    if m.engine_busy_cpu_s is not None and m.engine_busy_s:
+        line += f"; on a core {m.engine_busy_cpu_s / m.engine_busy_s:.0%} of that time"
     return line + "; the target's counters, workers summed)"
+
+
+def _client_cpu_line(r) -> str:
+    """This process's CPU over the run: what a client on the server's own machine takes from it."""
+    m = r.metrics
+    if m.client_cpu_s is None:
+        return "n/a (not recorded)"
+    share = f" ({m.client_cpu_s / (m.duration_s * m.host_cpus):.0%} of {m.host_cpus} CPUs)" \
+        if m.host_cpus and m.duration_s else ""
+    what = "LoadGen, the client and the in-process engine" if r.target.get("kind") == "engine" \
+        else "LoadGen and the HTTP client"
+    return f"{m.client_cpu_s:,.1f} s{share}: this process ({what})"
 
 
 def _gc_line(pauses: dict | None) -> str:

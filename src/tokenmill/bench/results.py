@@ -159,6 +159,15 @@ class Metrics:
     engine_prefill_steps: int | None = None
     engine_prefill_busy_s: float | None = None
     """Of those, the steps that computed prompt tokens (beside any decodes) and their seconds."""
+    engine_busy_cpu_s: float | None = None
+    """The stepping threads' CPU seconds within those steps, summed over workers: over
+    ``engine_busy_s``, the share of the steps' time they were on a core (the rest they waited
+    for one: cores shared with other workers, the frontend or this client)."""
+    client_cpu_s: float | None = None
+    """CPU seconds this benchmark's own process used during the run, all its threads: LoadGen and
+    the HTTP client, and with the in-process engine (``target.kind`` 'engine') the engine too."""
+    host_cpus: int | None = None
+    """Logical CPUs of the machine the benchmark ran on (``os.cpu_count()``)."""
     gc_pauses: dict | None = None
     """This process's garbage collections during the run, per generation
     ("gen0".."gen2": collections, total_ms, max_ms; engine/gc_heap.py): with

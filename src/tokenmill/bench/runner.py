@@ -4,7 +4,9 @@ verdict -> client-side metrics -> (accuracy scores) -> results.json + plots."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,8 +53,10 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     backend = target.make_backend()
     counters = _counter_reader(target, backend)
     before = counters()
+    cpu_start = time.process_time()
     with GcPauseLog() as gc_log:
         run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
+    client_cpu_s = time.process_time() - cpu_start
     after = counters()
     verdict, figures = read_summary(run_dir)
     if settings.mode == "accuracy":
@@ -82,8 +86,10 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     result.metrics.prefix_cache_hit_rate = rates["prefix_cache_hit_rate"]
     result.metrics.spec_acceptance_rate = rates["spec_acceptance_rate"]
     result.metrics.spec_tokens_per_verification = rates["spec_tokens_per_verification"]
-    for name in ("engine_steps", "engine_busy_s", "engine_prefill_steps", "engine_prefill_busy_s"):
+    for name in ("engine_steps", "engine_busy_s", "engine_prefill_steps", "engine_prefill_busy_s",
+                 "engine_busy_cpu_s"):
         setattr(result.metrics, name, rates[name])
+    result.metrics.client_cpu_s, result.metrics.host_cpus = client_cpu_s, os.cpu_count()
     result.metrics.gc_pauses = gc_log.summary()
     result.gc_stalls = gc_log.stalls(since_unix=run.t0_unix, min_ms=GC_STALL_MS)
     if settings.mode == "accuracy":
@@ -108,7 +114,8 @@ def _counter_reader(target: Target, backend) -> Callable[[], dict[str, float] | 
                     "engine_steps": float(sum(s.engine_steps.values())),
                     "engine_step_seconds": sum(s.engine_step_seconds.values()),
                     "engine_prefill_steps": float(s.engine_steps.get("prefill", 0)),
-                    "engine_prefill_step_seconds": s.engine_step_seconds.get("prefill", 0.0)}
+                    "engine_prefill_step_seconds": s.engine_step_seconds.get("prefill", 0.0),
+                    "engine_step_cpu_seconds": sum(s.engine_step_cpu_seconds.values())}
         return engine_counters
     headers = {"Authorization": f"Bearer {backend.api_key}"} if backend.api_key else None
     return lambda: read_counters(backend.label, headers)

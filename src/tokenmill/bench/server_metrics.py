@@ -25,6 +25,7 @@ COUNTERS = {
     "engine_step_seconds": ("tokenmill:engine_step_seconds_total",),
     "engine_prefill_steps": ('tokenmill:engine_steps_total{kind="prefill"}',),
     "engine_prefill_step_seconds": ('tokenmill:engine_step_seconds_total{kind="prefill"}',),
+    "engine_step_cpu_seconds": ("tokenmill:engine_step_cpu_seconds_total",),
 }
 """Our name -> the Prometheus counters (tokenmill's, vLLM's) that hold it: a bare name sums
 every label set, a name with its labels only that sample."""
@@ -57,8 +58,8 @@ def read_counters(base_url: str, headers: dict[str, str] | None = None) -> dict[
 def rates_between(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float | None]:
     """Over a run: prefix-cache hit rate, drafts accepted / verified, tokens a
     verification step appended (accepted drafts + the model's own token), and the
-    engine's steps and their seconds (every worker's summed); None where the
-    counters are missing or did not move."""
+    engine's steps, their seconds and their stepping threads' CPU seconds (every
+    worker's summed); None where the counters are missing or did not move."""
     before, after = before or {}, after or {}
 
     def delta(name: str) -> float | None:
@@ -72,4 +73,5 @@ def rates_between(before: dict[str, float] | None, after: dict[str, float] | Non
             "engine_steps": int(n_steps) if (n_steps := delta("engine_steps")) else None,
             "engine_busy_s": delta("engine_step_seconds") or None,
             "engine_prefill_steps": None if (n_prefill := delta("engine_prefill_steps")) is None else int(n_prefill),
-            "engine_prefill_busy_s": delta("engine_prefill_step_seconds")}
+            "engine_prefill_busy_s": delta("engine_prefill_step_seconds"),
+            "engine_busy_cpu_s": delta("engine_step_cpu_seconds")}

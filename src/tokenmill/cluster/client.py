@@ -189,7 +189,8 @@ class ClusterEngine(DisaggHandoffs):
                                  (total.aborted_requests, s.aborted_requests),
                                  (total.spec_accepted_per_position, s.spec_accepted_per_position),
                                  (total.engine_steps, s.engine_steps),
-                                 (total.engine_step_seconds, s.engine_step_seconds)):
+                                 (total.engine_step_seconds, s.engine_step_seconds),
+                                 (total.engine_step_cpu_seconds, s.engine_step_cpu_seconds)):
                 for key, n in theirs.items():
                     mine[key] = mine.get(key, 0) + n
         if self._output_failures:

@@ -70,6 +70,9 @@ class EngineStats:
     engine_step_seconds: dict[str, float] = field(default_factory=dict)
     """Their wall seconds, by kind (cumulative): scheduling, forward and sampling, not output
     processing."""
+    engine_step_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    """The stepping thread's CPU seconds within those steps, by kind (cumulative): over the wall
+    seconds, the share of its steps that thread was on a core (engine/step_stats.py)."""
 
     @property
     def kv_usage(self) -> float:

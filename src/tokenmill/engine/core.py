@@ -316,7 +316,7 @@ class EngineCore:
     # ---- the loop ---------------------------------------------------------------
 
     def step(self) -> EngineCoreOutputs:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         if self.kv.held:
             self.kv.expire_holds()
         if self.drafting is not None:
@@ -327,7 +327,7 @@ class EngineCore:
         if out:
             kind = step_kind(out)  # before _run: update() moves the requests on
             outputs = self._run(out)
-            self.step_counters.record(kind, time.perf_counter() - start)
+            self.step_counters.record(kind, time.perf_counter() - start, time.thread_time() - start_cpu)
         return EngineCoreOutputs(outputs, self.stats(), self._drain_events())
 
     def _run(self, out: SchedulerOutput) -> list[EngineCoreOutput]:
@@ -457,6 +457,7 @@ class EngineCore:
             kv_imports_recomputed=self.kv_imports_recomputed,
             engine_steps=dict(self.step_counters.steps),
             engine_step_seconds=dict(self.step_counters.seconds),
+            engine_step_cpu_seconds=dict(self.step_counters.cpu_seconds),
             **(self._spec_stats() if self.drafting is not None else {}),
         )
 

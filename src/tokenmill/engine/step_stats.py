@@ -10,6 +10,14 @@ counters are cumulative; a benchmark reads them before and after a run
 (bench/server_metrics.py), so busy seconds over the run's duration is how
 much of it the engine spent computing, and busy seconds over steps its mean
 step.
+
+Each step's CPU time is counted too: the stepping thread's own (``time.thread_time``),
+from the same start to the same end. Over the step's wall time it is the share of the
+step that thread spent on a core; where cores are shared (two workers and a frontend
+on two cores, a benchmark client beside the server) the rest is time it waited for
+one. The thread runs the scheduler, Python's side of the forward and sampling, and
+takes part in the forward's parallel regions (the kernels' OpenMP team includes it),
+so the share is a lower bound of the step's use of the CPU, not the process's.
 """
 
 from __future__ import annotations
@@ -26,12 +34,14 @@ def step_kind(out: SchedulerOutput) -> str:
 
 
 class StepCounters:
-    """Steps run and their seconds, per kind (cumulative)."""
+    """Steps run, their wall seconds and their stepping thread's CPU seconds, per kind (cumulative)."""
 
     def __init__(self) -> None:
         self.steps = dict.fromkeys(STEP_KINDS, 0)
         self.seconds = dict.fromkeys(STEP_KINDS, 0.0)
+        self.cpu_seconds = dict.fromkeys(STEP_KINDS, 0.0)
 
-    def record(self, kind: str, seconds: float) -> None:
+    def record(self, kind: str, seconds: float, cpu_seconds: float) -> None:
         self.steps[kind] += 1
         self.seconds[kind] += seconds
+        self.cpu_seconds[kind] += cpu_seconds

@@ -80,11 +80,16 @@ def step_metrics(s):
                                 labels=["kind"])
     seconds = CounterMetricFamily("tokenmill:engine_step_seconds", "Wall seconds of those steps (scheduling, "
                                   "forward, sampling; not output processing), by kind.", labels=["kind"])
+    cpu = CounterMetricFamily("tokenmill:engine_step_cpu_seconds", "CPU seconds of the stepping thread within "
+                              "those steps, by kind: over their wall seconds, the share of the steps it was on a "
+                              "core.", labels=["kind"])
     for kind in STEP_KINDS:
         steps.add_metric([kind], s.engine_steps.get(kind, 0))
         seconds.add_metric([kind], s.engine_step_seconds.get(kind, 0.0))
+        cpu.add_metric([kind], s.engine_step_cpu_seconds.get(kind, 0.0))
     yield steps
     yield seconds
+    yield cpu
 
 
 def spec_decode_metrics(s):
