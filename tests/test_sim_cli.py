@@ -142,8 +142,13 @@ def test_the_kv_read_rate_is_fitted_on_the_long_context_decode_alone():
     measured = point_price_s(arch, with_kv(0.37), "bf16", LONG_DECODE)
     fitted = fit_kv_read(arch, base, "bf16", measured)
     assert fitted.efficiency.kv_read == 0.37 and replace(fitted.efficiency, kv_read=None) == base.efficiency
-    with pytest.raises(ValueError, match="fitted with the rest"):
-        point_price_s(arch, base, "bf16", (1, 0))
+    # Every other calibrated step is priced as the fit sees it: its decodes over 64-token contexts, its prompt
+    # from its start; the step over a prefix hit continues from 64 cached tokens.
+    from tokenmill.sim.calibrate import CONTEXT, point_shape
+    assert point_shape((8, 0)).decode_contexts == (CONTEXT,) * 8 and not point_shape((8, 0)).prefills
+    assert [(c.num_tokens, c.context) for c in point_shape((4, 128)).prefills] == [(128, 0)]
+    assert [(c.num_tokens, c.context) for c in point_shape(CACHED_STEP).prefills] == [(192, 64)]
+    assert point_price_s(arch, base, "bf16", (1, 0)) < point_price_s(arch, base, "bf16", (8, 0)) < slow
     with pytest.raises(ValueError, match="efficiency.kv_read"):
         Efficiency(kv_read=1.5)
 
@@ -223,6 +228,35 @@ def test_calibrate_times_the_prefill_lengths_asked_for(tmp_path, monkeypatch, ca
     # A length past the engine's step budget would be chunked, never timed whole: refused up front.
     assert main([*argv, "--prefill-tokens", "64,2048"]) == 2
     assert "--prefill-tokens: lengths from 1 to the engine's step budget 1024" in capsys.readouterr().err
+
+
+def test_calibrate_check_prices_the_steps_timed_again_on_the_saved_profile(tmp_path, monkeypatch, capsys):
+    import re
+
+    import tokenmill.sim.calibrate as calibrate
+
+    monkeypatch.setattr(calibrate, "PROFILE_DIR", tmp_path)
+    monkeypatch.setattr(calibrate, "DECODE_BATCHES", (1,))
+    argv = ["sim", "calibrate", "--model", "dummy:tiny", "--device", "cpu", "--prefill-tokens", "32"]
+    assert main([*argv, "--check", "--dtype", "float32"]) == 2  # nothing to check yet
+    assert "no this-machine profile" in capsys.readouterr().err
+    assert main([*argv, "--dtype", "float32"]) == 0
+    capsys.readouterr()
+    written = (tmp_path / "this-machine.json").read_text()
+    assert main([*argv, "--dtype", "float32", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "its steps timed again now" in out and "nothing written" in out
+    # One line per calibrated step, each with its time now and the profile's price of it.
+    for step in ("decode step, batch 1:", "prefill of 32 tokens:", "prefill of 128 tokens beside 4 decodes:",
+                 "prefill of 192 tokens over 64 cached beside 4 decodes:", "batch 4 over 1024-token contexts:"):
+        assert re.search(re.escape(step) + r" [\d.]+ ms, priced [\d.]+ ms \([\d.]+x\)", out), step
+    # Timed again minutes after the fit, on the same engine, the steps are priced near their time.
+    median = float(re.search(r"steps at ([\d.]+)x their time now \(median of 5", out).group(1))
+    assert 0.5 < median < 2.0
+    assert (tmp_path / "this-machine.json").read_text() == written  # a check writes nothing
+    # The engine must compute as the profile was calibrated.
+    assert main([*argv, "--dtype", "bfloat16", "--check"]) == 2
+    assert "calibrated in fp32; give the --dtype it was calibrated with" in capsys.readouterr().err
 
 
 def test_served_steps_are_timed_in_alternated_rounds():

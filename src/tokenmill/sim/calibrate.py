@@ -250,12 +250,9 @@ def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tupl
     import numpy as np
 
     from tokenmill.sim.cost import Parallel, step_cost, step_time
-    from tokenmill.sim.shapes import PrefillChunk, StepShape
 
     kv_bytes = 4.0 if precision == "fp32" else 2.0
-    shapes = [StepShape(decode_contexts=(CONTEXT,) * batch, prefills=(PrefillChunk(tokens, 0),) if tokens else ())
-              for (batch, tokens), _ in points]
-    costs = [step_cost(arch, s, Parallel(), precision, kv_bytes) for s in shapes]
+    costs = [step_cost(arch, point_shape(shape), Parallel(), precision, kv_bytes) for shape, _ in points]
     measured = np.array([m for _, m in points])
     rule = Efficiency(graph_max_rows=graph_max_rows)
     graph = np.array([rule.replays(c) for c in costs], dtype=float)
@@ -332,7 +329,6 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     ``ENGINE_FIELDS`` (default: the engine's own choices); ``prefill_tokens``: the lengths of the
     prompts timed alone, each at most the engine's step budget (``max_num_batched_tokens``, 1,024)."""
     from tokenmill.config import EngineConfig
-    from tokenmill.engine.async_engine import AsyncEngine
     from tokenmill.sim.hardware import HARDWARE
 
     if name in HARDWARE:
@@ -341,9 +337,7 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     budget = EngineConfig.max_num_batched_tokens
     if not prefill_tokens or any(not 0 < t <= budget for t in prefill_tokens):
         raise ValueError(f"--prefill-tokens: lengths from 1 to the engine's step budget {budget}, got {prefill_tokens}")
-    load_format = "dummy" if model and model.startswith("dummy:") else "auto"
-    served = AsyncEngine(EngineConfig(model=model, load_format=load_format, device=device, dtype=dtype_name,
-                                      num_threads=num_threads, **(engine or {})))
+    served = _served_engine(dtype_name, num_threads, device, model, engine)
     try:
         profile, points, error, priced = _calibrate(served, model, name, tuple(prefill_tokens))
     finally:
@@ -351,6 +345,46 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile.to_dict(), indent=2))
     return profile, points, error, priced
+
+
+def _served_engine(dtype_name: str, num_threads: int | None, device: str, model: str | None, engine: dict | None):
+    """The AsyncEngine whose steps calibrate (and ``check_profile``) times."""
+    from tokenmill.config import EngineConfig
+    from tokenmill.engine.async_engine import AsyncEngine
+
+    load_format = "dummy" if model and model.startswith("dummy:") else "auto"
+    return AsyncEngine(EngineConfig(model=model, load_format=load_format, device=device, dtype=dtype_name,
+                                    num_threads=num_threads, **(engine or {})))
+
+
+def check_profile(dtype_name: str = "auto", num_threads: int | None = None, device: str = "auto",
+                  model: str | None = None, name: str = THIS_MACHINE, engine: dict | None = None,
+                  prefill_tokens: tuple[int, ...] = PREFILL_TOKENS) -> tuple[Hardware, list]:
+    """``tokenmill sim calibrate --check``: time the calibration's steps again, on an engine built as
+    ``calibrate``'s arguments say (give the ones the profile was calibrated with), and price each on the
+    saved profile ``name``; writes nothing. Returns (the profile, [(point, measured s, priced s)]).
+    The VM's speed drifts (measure_served_steps): a profile fitted an hour or a day before a run may
+    price this machine's steps several percent off, and this says by how much before a comparison."""
+    profile = load_profile(name, "--profile")
+    served = _served_engine(dtype_name, num_threads, device, model, engine)
+    try:
+        core = served.engine.core
+        precision = _precision(core.dtype)
+        if precision != profile.default_precision:
+            raise ValueError(f"--check: the engine computes in {core.dtype}, the {name} profile was calibrated in "
+                             f"{profile.default_precision}; give the --dtype it was calibrated with")
+        batches = DECODE_BATCHES + ((128,) if core.device.type == "cuda" else ())
+        points = measure_served_steps(served, batches, prefill_tokens=tuple(prefill_tokens))
+        return profile, [(p, s, point_price_s(core.arch, profile, precision, p)) for p, s in points]
+    finally:
+        served.shutdown()
+
+
+def _precision(dtype) -> str | None:
+    """The profile precision of the engine's torch dtype; None where calibrate does not measure it."""
+    import torch
+
+    return {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
 
 
 def _calibrate(served, model: str | None, name: str,
@@ -362,7 +396,7 @@ def _calibrate(served, model: str | None, name: str,
     engine = served.engine
     core = engine.core
     dev, dtype = core.device, core.dtype
-    precision = {torch.float32: "fp32", torch.bfloat16: "bf16"}.get(dtype)
+    precision = _precision(dtype)
     if precision is None:
         raise ValueError(f"--dtype: calibrate measures float32 or bfloat16, got {dtype}")
     # The served steps first: after measure_peaks' large parallel ops on this (the event loop's) thread,
@@ -412,19 +446,23 @@ def fit_kv_read(arch, profile: Hardware, precision: str, measured_s: float) -> H
     return replace(profile, efficiency=replace(profile.efficiency, kv_read=best))
 
 
-def point_price_s(arch, profile: Hardware, precision: str, point: tuple[int, int]) -> float:
-    """The profile's price of a calibrated step that the main fit leaves out: ``CACHED_STEP`` (4
-    decodes over ``CONTEXT`` tokens beside a 192-token chunk over ``CACHED_CONTEXT`` cached ones) or
-    ``LONG_DECODE`` (4 decodes over ``LONG_CONTEXT`` tokens)."""
-    from tokenmill.sim.cost import Parallel, step_cost, step_time
+def point_shape(point: tuple[int, int]):
+    """The StepShape of a calibrated step (decodes, prompt tokens): ``CACHED_STEP``, 4 decodes over
+    ``CONTEXT`` tokens beside a 192-token chunk over ``CACHED_CONTEXT`` cached ones; ``LONG_DECODE``, 4
+    decodes over ``LONG_CONTEXT`` tokens; any other, its decodes over ``CONTEXT`` tokens beside its
+    prompt, if any, from its start."""
     from tokenmill.sim.shapes import PrefillChunk, StepShape
 
     decodes, tokens = point
-    if point == CACHED_STEP:
-        shape = StepShape(decode_contexts=(CONTEXT,) * decodes, prefills=(PrefillChunk(tokens, CACHED_CONTEXT),))
-    elif point == LONG_DECODE:
-        shape = StepShape(decode_contexts=(LONG_CONTEXT,) * decodes)
-    else:
-        raise ValueError(f"point_price_s: {point} is fitted with the rest, not priced apart")
+    if point == LONG_DECODE:
+        return StepShape(decode_contexts=(LONG_CONTEXT,) * decodes)
+    context = CACHED_CONTEXT if point == CACHED_STEP else 0
+    return StepShape(decode_contexts=(CONTEXT,) * decodes, prefills=(PrefillChunk(tokens, context),) if tokens else ())
+
+
+def point_price_s(arch, profile: Hardware, precision: str, point: tuple[int, int]) -> float:
+    """The profile's price of a calibrated step (``point_shape``)."""
+    from tokenmill.sim.cost import Parallel, step_cost, step_time
+
     kv_bytes = 4.0 if precision == "fp32" else 2.0
-    return step_time(step_cost(arch, shape, Parallel(), precision, kv_bytes), profile, precision).total_s
+    return step_time(step_cost(arch, point_shape(point), Parallel(), precision, kv_bytes), profile, precision).total_s

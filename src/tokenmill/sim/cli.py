@@ -24,7 +24,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     if args.action == "calibrate":
-        return _calibrate(args)
+        from tokenmill.sim.calibrate_cli import run_calibrate
+        return run_calibrate(args)
     if args.action == "validate":
         return _validate(args)
 
@@ -436,42 +437,4 @@ def _validate_latency(args: argparse.Namespace) -> int:
                           for c in checks], indent=2))
     else:
         print(text)
-    return 0
-
-
-def _calibrate(args: argparse.Namespace) -> int:
-    from tokenmill.sim.calibrate import (
-        CACHED_CONTEXT,
-        CACHED_STEP,
-        ENGINE_FIELDS,
-        LONG_CONTEXT,
-        LONG_DECODE,
-        calibrate,
-        profile_path,
-    )
-
-    engine = {f: getattr(args, f) for f in ENGINE_FIELDS}
-    profile, points, error, priced = calibrate(args.dtype, args.num_threads, args.device, args.model,
-                                                 args.profile, engine, tuple(args.prefill_tokens))
-    e = profile.efficiency
-    print(f"{profile.name} ({profile.sources[0].split(': ', 1)[1]}): memory read {profile.memory_bw / 1e9:.1f} GB/s, "
-          f"{profile.default_precision} GEMM {profile.flops[profile.default_precision] / 1e9:.0f} GFLOP/s")
-    for (batch, tokens), seconds in points:
-        what = f"decode step, batch {batch}" if not tokens else f"prefill of {tokens} tokens" + \
-            (f" over {CACHED_CONTEXT} cached" if (batch, tokens) == CACHED_STEP else "") + \
-            (f" beside {batch} decodes" if batch else "")
-        price = priced.get((batch, tokens))
-        check = "" if price is None else f"; the profile prices it at {price * 1e3:.2f} ms, " \
-                                         f"{price / seconds:.2f}x the measured)"
-        if (batch, tokens) == CACHED_STEP:
-            check = " (not fitted" + check
-        elif (batch, tokens) == LONG_DECODE:
-            what += f" over {LONG_CONTEXT}-token contexts"
-            check = f" (fits the K/V read rate alone: {e.kv_read:.2f} of the memory read rate" + check
-        print(f"  engine {what}: {seconds * 1e3:.2f} ms{check}")
-    eager = "" if e.eager_step_overhead_s is None else f" ({e.eager_step_overhead_s * 1e3:.2f} ms for an eager step)"
-    print(f"fitted efficiency: memory {e.memory:.2f}, gemm {e.gemm:.2f}; host overhead {e.step_overhead_s * 1e3:.2f} "
-          f"ms per step{eager} + {e.seq_overhead_s * 1e6:.1f} us per sequence; compute and memory "
-          f"{'overlapped' if profile.overlap else 'added'}; largest step-time error {error * 100:.1f}%")
-    print(f"wrote {profile_path(args.profile)}")
     return 0

@@ -288,6 +288,11 @@ def _add_calibrate_args(c) -> None:
                    help="the profile's name: written to ~/.cache/tokenmill/sim/NAME.json, read by --hardware NAME "
                         "(default this-machine); e.g. the engine with the kernel flags below, as the baseline of "
                         "--uplift --baseline-kernels NAME")
+    c.add_argument("--check", action="store_true",
+                   help="time the calibration's steps again and print the saved profile's (--profile) price of "
+                        "each against its time now, and their median ratio; writes nothing. Give the flags the "
+                        "profile was calibrated with (this machine's speed drifts: check a profile before a "
+                        "comparison that relies on it)")
     c.add_argument("--prefill-tokens", type=int_list, default=PREFILL_TOKENS, metavar="N,N,...",
                    help="lengths of the prompts whose prefill steps are timed alone (default "
                         f"{','.join(map(str, PREFILL_TOKENS))}; each at most the engine's step budget, 1024, "
