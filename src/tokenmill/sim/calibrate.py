@@ -373,11 +373,15 @@ def check_profile(dtype_name: str = "auto", num_threads: int | None = None, devi
         if precision != profile.default_precision:
             raise ValueError(f"--check: the engine computes in {core.dtype}, the {name} profile was calibrated in "
                              f"{profile.default_precision}; give the --dtype it was calibrated with")
-        batches = DECODE_BATCHES + ((128,) if core.device.type == "cuda" else ())
-        points = measure_served_steps(served, batches, prefill_tokens=tuple(prefill_tokens))
+        points = measure_served_steps(served, _decode_batches(core.device), prefill_tokens=tuple(prefill_tokens))
         return profile, [(p, s, point_price_s(core.arch, profile, precision, p)) for p, s in points]
     finally:
         served.shutdown()
+
+
+def _decode_batches(device) -> tuple[int, ...]:
+    """The decode batches calibrate times on ``device`` (a torch.device): 128 too on a GPU."""
+    return DECODE_BATCHES + ((128,) if device.type == "cuda" else ())
 
 
 def _precision(dtype) -> str | None:
@@ -402,8 +406,7 @@ def _calibrate(served, model: str | None, name: str,
     # The served steps first: after measure_peaks' large parallel ops on this (the event loop's) thread,
     # the engine's steps on its own thread measured 1.7-2.2x slower on a 2-core AMX Xeon (19.0 ms at
     # batch 1 before, 33.1-41.3 ms after); `tokenmill serve` and `bench` run no such ops.
-    batches = DECODE_BATCHES + ((128,) if dev.type == "cuda" else ())
-    points = measure_served_steps(served, batches, prefill_tokens=prefill_tokens)
+    points = measure_served_steps(served, _decode_batches(dev), prefill_tokens=prefill_tokens)
     bw, flops = measure_peaks(dtype, dev)
     what = f"{model or EMBEDDED_NAME} in {precision}"
     if dev.type == "cuda":
