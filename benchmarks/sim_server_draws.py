@@ -1,13 +1,14 @@
 """The simulated Server TTFT p99 over many Poisson arrival draws, against one measured run.
 
 A Server run's p99 TTFT over a few hundred queries is the third-highest or so of them: it moves
-with the arrival draw. `tokenmill sim --scenario server` prices one draw (seed 0); this script
-prices ``--seeds`` of them on the same deployment and prints each draw's p99, their median and 5th
-/ 95th percentiles, and, with ``--measured``, where a measured `tokenmill bench --scenario server`
-run's p99 falls among them (its arrival rate as measured, LoadGen's realised QPS). With ``--samples N``
-each query draws one of N samples at random, as LoadGen draws a Server query from the performance
-sample set, and a sample drawn before finds its prompt in the prefix cache (``tokenmill sim
---num-samples``; scenarios.py ``with_sample_repeats``):
+with the arrival draw. `tokenmill sim --scenario server` prices one draw (``--seed``, 0 by default)
+and ``--draws N`` the spread over N of them (sim/draws.py); this script prices ``--seeds`` draws on
+the same deployment, prints each draw's p99, their median, 5th / 95th percentiles and range, and,
+with ``--measured``, where a measured `tokenmill bench --scenario server` run's p99 falls among them
+(its arrival rate as measured, LoadGen's realised QPS). With ``--samples N`` each query draws one of
+N samples at random, as LoadGen draws a Server query from the performance sample set, and a sample
+drawn before finds its prompt in the prefix cache (``tokenmill sim --num-samples``; scenarios.py
+``with_sample_repeats``):
 
     python -m benchmarks.sim_server_draws --hardware this-machine --model smollm2-135m --precision bf16 \\
         --max-num-seqs 128 --max-num-batched-tokens 1024 --isl 128 --osl 128 --num-requests 240 \\
@@ -24,7 +25,6 @@ from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.replay import load_trace
-from tokenmill.sim.scenarios import server_requests, with_sample_repeats
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,15 +52,15 @@ def main(argv: list[str] | None = None) -> None:
         arrivals = [r.arrival_s for r in trace.requests]
         qps = args.qps or (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
         measured_p99 = trace.result.metrics.ttft_ms.p99
-    p99 = []
-    for seed in range(args.seeds):
-        draw = server_requests(qps, args.isl, args.osl, num_requests=args.num_requests, seed=seed)
-        if args.samples:
-            draw = with_sample_repeats(draw, args.samples, seed)
-        draw = tuple(draw)
-        figures = predict(arch, hw, d, Workload("server", args.isl, args.osl, num_requests=len(draw), requests=draw))
-        p99.append(figures["ttft_ms"]["p99"])
-        print(f"seed {seed:3d}: TTFT p99 {p99[-1]:8.1f} ms", flush=True)
+    runs = []
+    for seed in range(args.seeds):  # each draw as `tokenmill sim --seed SEED` draws it
+        w = Workload("server", args.isl, args.osl, num_requests=args.num_requests, target_qps=qps,
+                     num_samples=args.samples, seed=seed)
+        runs.append(predict(arch, hw, d, w))
+        print(f"seed {seed:3d}: TTFT p99 {runs[-1]['ttft_ms']['p99']:8.1f} ms", flush=True)
+    p99 = [run["ttft_ms"]["p99"] for run in runs]
+    # statistics' default (exclusive) percentiles, as the figures quoted from this script were computed;
+    # `tokenmill sim --draws` takes the inclusive ones, which stay within the draws' range at any count.
     q = statistics.quantiles(p99, n=20)
     repeats = f", queries drawn from {args.samples} samples" if args.samples else ""
     print(f"\n{args.seeds} draws at {qps:.3f} QPS{repeats}: TTFT p99 median {statistics.median(p99):.1f} ms, "

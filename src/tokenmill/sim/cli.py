@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from tokenmill.sim.cli_args import DEFAULT_NUM_REQUESTS
+from tokenmill.sim.draws import check_draws, draws_table
 from tokenmill.sim.hardware import get_hardware, with_tile_rule
 from tokenmill.sim.jobs import check_jobs
 from tokenmill.sim.uplift_cli import kernels_flag, run_uplift
@@ -23,6 +24,8 @@ from tokenmill.sim.uplift_cli import kernels_flag, run_uplift
 def cmd_sim(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    if args.action != "predict" and (args.draws != 1 or args.seed != 0):
+        raise ValueError(f"--draws and --seed: for a prediction, not {args.action} (which draws its own runs)")
     if args.action == "calibrate":
         from tokenmill.sim.calibrate_cli import run_calibrate
         return run_calibrate(args)
@@ -50,6 +53,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     check_jobs(args.jobs)
+    if args.draws > 1:
+        for flag, given in (("--uplift", args.uplift), ("--search", args.search), ("--pareto", args.pareto)):
+            if given:
+                raise ValueError(f"--draws and {flag}: pick one (--draws repeats one deployment's run)")
     choose = needs_layout_choice(arch, hw, deployment, args)
     if choose and args.num_gpus is None:
         deployment = replace(deployment, num_gpus=fewest_gpus(arch, hw, deployment))
@@ -71,12 +78,26 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.search:
         figures = _search(arch, hw, deployment, workload, splits=args.disagg == "auto", jobs=args.jobs)
     elif choose:
-        figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)[1]
+        deployment, figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)
+        if args.draws > 1:  # the layout chosen on the first draw, then every draw on it
+            figures = {**_draws(arch, hw, deployment, workload, args), "searched": figures["searched"],
+                       "pruned_by_offline_bound": figures.get("pruned_by_offline_bound"), "layout_chosen": True}
+    elif args.draws > 1:
+        figures = _draws(arch, hw, deployment, workload, args)
     else:
         with peak_search_bar(is_peak_search(workload)) as on_run:
             figures = predict(arch, hw, deployment, workload, on_peak_run=on_run, jobs=args.jobs)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def _draws(arch, hw, deployment, workload, args: argparse.Namespace) -> dict:
+    from tqdm import tqdm
+
+    from tokenmill.sim.draws import run_draws
+
+    with tqdm(total=args.draws, desc="Simulating draws", unit="draw", leave=False) as bar:
+        return run_draws(arch, hw, deployment, workload, args.draws, jobs=args.jobs, on_done=bar.update)
 
 
 def _deployment(args: argparse.Namespace, hw, kernels: str):
@@ -141,11 +162,12 @@ def _workload(args: argparse.Namespace, model: str):
     if args.num_samples is not None and (args.scenario not in ("server", "interactive") or args.num_samples < 1):
         raise ValueError("--num-samples: a positive count, with --scenario server or interactive (their queries draw "
                          "from the sample set)")
+    check_draws(args.draws, args.seed)
     isl, osl, osl_max = _lengths(args)
     return Workload(args.scenario, isl, osl, args.num_requests or DEFAULT_NUM_REQUESTS, args.cached_tokens,
                     preset, args.ttft_ms, args.tpot_ms, args.target_qps, dataset=args.dataset, osl_max=osl_max,
                     duration_s=_duration(args), min_queries=_min_queries(args), num_samples=args.num_samples,
-                    shared_prefix=_shared_prefix(args.shared_prefix))
+                    shared_prefix=_shared_prefix(args.shared_prefix), seed=args.seed)
 
 
 def _shared_prefix(text: str | None) -> tuple[int, int] | None:
@@ -283,9 +305,11 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     from tokenmill.sim.predict import predict
     from tokenmill.sim.replay import comparison_table, load_trace, measured_figures
 
-    for flag, given in (("--uplift", args.uplift), ("--search", args.search), ("--pareto", args.pareto)):
+    for flag, given in (("--uplift", args.uplift), ("--search", args.search), ("--pareto", args.pareto),
+                        ("--draws", args.draws > 1), ("--seed", args.seed != 0)):
         if given:
-            raise ValueError(f"--replay and {flag}: pick one (--replay simulates one deployment on a measured run)")
+            raise ValueError(f"--replay and {flag}: pick one (--replay simulates one deployment on a measured run's "
+                             "own arrivals)")
     trace = load_trace(args.replay, prefix_caching=not args.no_enable_prefix_caching)
     figures = predict(arch, hw, deployment, replace(workload, scenario=trace.result.scenario, requests=trace.requests,
                                                     num_requests=len(trace.requests)))
@@ -372,6 +396,8 @@ def _table(f: dict) -> str:
     if f.get("layout_chosen"):
         lines.append("  (layout chosen, as one device does not hold the weights: pin one with --tp/--ep/--attention-dp/"
                      "--pp; --search also tries --max-num-seqs)")
+    if f.get("draws"):
+        lines.append(draws_table(f["draws"]))
     lines.append("  (the model's estimate; `tokenmill sim validate` and docs/SIMULATOR.md say how far to trust it)")
     return "\n".join(lines)
 

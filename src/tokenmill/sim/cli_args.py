@@ -254,6 +254,13 @@ def _add_workload_args(w) -> None:
                    help="server/interactive: each query draws one of N samples, as LoadGen draws from its sample "
                         "set (`tokenmill bench --num-samples`; the synthetic workload's default 256), and a sample "
                         "drawn before finds its prompt in the prefix cache (default: every query a new prompt)")
+    w.add_argument("--seed", type=int, default=0,
+                   help="the draw's seed: Server/Interactive arrival times, lengths drawn from --dataset, the "
+                        "samples queries draw with --num-samples (default %(default)s)")
+    w.add_argument("--draws", type=int, default=1, metavar="N",
+                   help="simulate N draws of the workload (seeds --seed, --seed+1, ...; --jobs runs them at once) "
+                        "and print each figure's median, 5th-95th percentile and range over them beside the first "
+                        "draw's figures: a p99 over a few hundred queries moves with the arrival draw (default 1)")
     w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
                                                   "llama3.1-8b's)")
     w.add_argument("--ttft-ms", type=float, default=None, help="p99 TTFT limit (overrides the preset)")

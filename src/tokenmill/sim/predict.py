@@ -223,6 +223,10 @@ class Workload:
     shared_prefix: tuple[int, int] | None = None
     """(N, TOKENS): the prompts start with N shared prefixes of TOKENS tokens, in turn, each hit once a
     replica has computed it (sim/scenarios.py ``with_shared_prefixes``); None: no shared prefixes."""
+    seed: int = 0
+    """The draw's seed: Server / Interactive arrival times, lengths drawn from ``dataset`` and the
+    samples queries draw (``num_samples``). One seed serves every QPS a peak search tries (common
+    random numbers, sim/peak_qps.py); another seed is another draw of the same workload (sim/draws.py)."""
 
     def lengths(self):
         """(prompt lengths, output lengths) for sim/scenarios.py: ints, or draws from ``dataset``."""
@@ -481,7 +485,7 @@ def _figures(result: SimResult, hw: Hardware, d: Deployment, w: Workload, blocks
                    "num_requests": w.num_requests, "duration_s": w.duration_s, "min_queries": w.min_queries,
                    "num_samples": w.num_samples, "cached_tokens": w.cached_tokens,
                    "shared_prefix": list(w.shared_prefix) if w.shared_prefix else None,
-                   "target_qps": w.target_qps,
+                   "target_qps": w.target_qps, "seed": w.seed,
                    "price_per_gpu_hour": hw.price_per_hour},
         "mean_batch_size": result.mean_batch_size,
         "engine_steps": round(result.steps * share), "engine_busy_s": result.busy_s * share,

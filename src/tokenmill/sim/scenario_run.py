@@ -49,7 +49,7 @@ def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_req
     isl, osl = w.lengths()
 
     def offline_run(n: int) -> SimResult:
-        return run(_shared(w, offline_requests(n, isl, osl, cached_tokens=w.cached_tokens)))
+        return run(_shared(w, offline_requests(n, isl, osl, w.seed, w.cached_tokens)))
 
     if w.scenario == "offline":
         least = math.ceil((w.min_queries or 0) / share) if w.duration_s is not None else 0
@@ -65,7 +65,7 @@ def run_scenario(w: Workload, run, seconds: StepTime, config: SimConfig, num_req
             result = offline_run(n)
         return result, None
     if w.scenario == "singlestream":
-        requests = offline_requests(min(w.num_requests, 64), isl, osl, cached_tokens=w.cached_tokens)
+        requests = offline_requests(min(w.num_requests, 64), isl, osl, w.seed, w.cached_tokens)
         return single_stream_of(_shared(w, requests), seconds, config), None
 
     def arrivals(q: float) -> list[SimRequest]:
@@ -95,13 +95,14 @@ def server_arrivals(w: Workload, qps: float, num_requests: int, share: float) ->
     or, for a timed run, ``w.duration_s`` of them and at least the share of LoadGen's minimum count."""
     isl, osl = w.lengths()
     if w.duration_s is None:
-        drawn = server_requests(qps, isl, osl, num_requests=num_requests, cached_tokens=w.cached_tokens)
+        drawn = server_requests(qps, isl, osl, num_requests=num_requests, seed=w.seed,
+                                cached_tokens=w.cached_tokens)
     else:
         least = math.ceil((w.min_queries or 0) / share)
-        drawn = server_requests(qps, isl, osl, duration_s=w.duration_s, cached_tokens=w.cached_tokens,
+        drawn = server_requests(qps, isl, osl, duration_s=w.duration_s, seed=w.seed, cached_tokens=w.cached_tokens,
                                 min_count=max(math.ceil(MLPERF_SERVER_MIN_QUERIES / share), least))
     drawn = _shared(w, drawn)
-    return with_sample_repeats(drawn, w.num_samples) if w.num_samples else drawn
+    return with_sample_repeats(drawn, w.num_samples, w.seed) if w.num_samples else drawn
 
 
 def _shared(w: Workload, requests: list[SimRequest]) -> list[SimRequest]:
