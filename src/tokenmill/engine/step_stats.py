@@ -17,7 +17,11 @@ step that thread spent on a core; where cores are shared (two workers and a fron
 on two cores, a benchmark client beside the server) the rest is time it waited for
 one. The thread runs the scheduler, Python's side of the forward and sampling, and
 takes part in the forward's parallel regions (the kernels' OpenMP team includes it),
-so the share is a lower bound of the step's use of the CPU, not the process's.
+so the share is a lower bound of the step's use of the CPU, not the process's. Nor does
+it see the team's other threads wait: while one of them is off its core, the stepping
+thread spins at the region's end on its own, and counts as on a core (measured: two
+threads on two cores beside a tenth of a core of other work, 8-14% slower steps at a
+93-100% share; docs/SIMULATOR.md, "A figure's spread over draws").
 """
 
 from __future__ import annotations
