@@ -2,7 +2,7 @@
 # The own-engine Server TTFT p99 against `tokenmill sim --draws`: calibrate, five measured `tokenmill bench
 # --scenario server` runs at 1 QPS under LoadGen seeds 0-4 (each as results/sim-own-xeon/server-seeds.sh runs
 # it), then the simulator's spread over 40 Poisson draws of the same workload (queries drawn from the bench's
-# 256 samples), its one-draw figure, and a check of the profile. About 35 minutes on a 2-core Xeon:
+# 256 samples), its one-draw figure, and a check of the profile. About 25 minutes on a 2-core Xeon:
 #   bash results/sim-draws-xeon-2026-12-01-s48/run.sh OUT
 set -x
 R=${1:?usage: run.sh OUT}

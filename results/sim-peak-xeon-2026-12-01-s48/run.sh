@@ -2,7 +2,7 @@
 # The own engine's Server figures across rates, measured and simulated: calibrate, then one `tokenmill bench
 # --scenario server` run per target QPS (each in a fresh process, so no run finds the samples an earlier one
 # cached; 460 queries, enough for LoadGen's early stopping to judge a p99), then `tokenmill sim --draws 20` at
-# each rate and the simulator's own peak search over 10 draws, and a check of the profile. About 25 minutes on a
+# each rate and the simulator's own peak search over 10 draws, and a check of the profile. About 16 minutes on a
 # 2-core Xeon:
 #   bash results/sim-peak-xeon-2026-12-01-s48/run.sh OUT
 set -x
