@@ -32,10 +32,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if args.action == "validate":
         return _validate(args)
 
-    from tokenmill.sim.auto import choose_layout, fewest_gpus, needs_layout_choice
+    from tokenmill.sim.auto import fewest_gpus, needs_layout_choice
     from tokenmill.sim.models import get_model
-    from tokenmill.sim.predict import is_peak_search, predict
-    from tokenmill.sim.scenario_run import peak_search_bar
 
     model = args.model or "llama3.1-8b"
     kernels = kernels_flag(args)  # before this-machine's profile is loaded: refused there either way
@@ -75,20 +73,31 @@ def cmd_sim(args: argparse.Namespace) -> int:
                          jobs=args.jobs)
         print(json.dumps(doc, indent=2) if args.json else front_table(doc))
         return 0
-    if args.search:
-        figures = _search(arch, hw, deployment, workload, splits=args.disagg == "auto", jobs=args.jobs)
-    elif choose:
-        deployment, figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)
-        if args.draws > 1:  # the layout chosen on the first draw, then every draw on it
-            figures = {**_draws(arch, hw, deployment, workload, args), "searched": figures["searched"],
-                       "pruned_by_offline_bound": figures.get("pruned_by_offline_bound"), "layout_chosen": True}
-    elif args.draws > 1:
-        figures = _draws(arch, hw, deployment, workload, args)
-    else:
-        with peak_search_bar(is_peak_search(workload)) as on_run:
-            figures = predict(arch, hw, deployment, workload, on_peak_run=on_run, jobs=args.jobs)
+    figures = _figures(arch, hw, deployment, workload, args, choose)
     print(json.dumps(figures, indent=2) if args.json else _table(figures))
     return 0
+
+
+def _figures(arch, hw, deployment, workload, args: argparse.Namespace, choose: bool) -> dict:
+    """One prediction's figures: the best of --search, the layout chosen where none is given, the
+    spread over --draws, or the plain run."""
+    from tokenmill.sim.auto import choose_layout
+    from tokenmill.sim.predict import is_peak_search, predict
+    from tokenmill.sim.scenario_run import peak_search_bar
+
+    if args.search:
+        return _search(arch, hw, deployment, workload, splits=args.disagg == "auto", jobs=args.jobs)
+    if choose:
+        deployment, figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)
+        if args.draws == 1:
+            return figures
+        # The layout chosen on the first draw, then every draw on it.
+        return {**_draws(arch, hw, deployment, workload, args), "searched": figures["searched"],
+                "pruned_by_offline_bound": figures.get("pruned_by_offline_bound"), "layout_chosen": True}
+    if args.draws > 1:
+        return _draws(arch, hw, deployment, workload, args)
+    with peak_search_bar(is_peak_search(workload)) as on_run:
+        return predict(arch, hw, deployment, workload, on_peak_run=on_run, jobs=args.jobs)
 
 
 def _draws(arch, hw, deployment, workload, args: argparse.Namespace) -> dict:

@@ -41,6 +41,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     _add_disagg_args(deployment)
     workload = parser.add_argument_group("workload and scheduler")
     _add_workload_args(workload)
+    _add_draw_args(workload)
     _add_scheduling_args(workload)
     _add_calibrate_args(parser.add_argument_group("calibrate"))
     parser.add_argument("--jobs", type=int, default=1,
@@ -254,13 +255,6 @@ def _add_workload_args(w) -> None:
                    help="server/interactive: each query draws one of N samples, as LoadGen draws from its sample "
                         "set (`tokenmill bench --num-samples`; the synthetic workload's default 256), and a sample "
                         "drawn before finds its prompt in the prefix cache (default: every query a new prompt)")
-    w.add_argument("--seed", type=int, default=0,
-                   help="the draw's seed: Server/Interactive arrival times, lengths drawn from --dataset, the "
-                        "samples queries draw with --num-samples (default %(default)s)")
-    w.add_argument("--draws", type=int, default=1, metavar="N",
-                   help="simulate N draws of the workload (seeds --seed, --seed+1, ...; --jobs runs them at once) "
-                        "and print each figure's median, 5th-95th percentile and range over them beside the first "
-                        "draw's figures: a p99 over a few hundred queries moves with the arrival draw (default 1)")
     w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
                                                   "llama3.1-8b's)")
     w.add_argument("--ttft-ms", type=float, default=None, help="p99 TTFT limit (overrides the preset)")
@@ -284,6 +278,16 @@ def _add_workload_args(w) -> None:
     w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
+
+
+def _add_draw_args(w) -> None:
+    w.add_argument("--seed", type=int, default=0,
+                   help="the draw's seed: Server/Interactive arrival times, lengths drawn from --dataset, the "
+                        "samples queries draw with --num-samples (default %(default)s)")
+    w.add_argument("--draws", type=int, default=1, metavar="N",
+                   help="simulate N draws of the workload (seeds --seed, --seed+1, ...; --jobs runs them at once) "
+                        "and print each figure's median, 5th-95th percentile and range over them beside the first "
+                        "draw's figures: a p99 over a few hundred queries moves with the arrival draw (default 1)")
 
 
 def _add_calibrate_args(c) -> None:
