@@ -59,7 +59,7 @@ def report(steps: list, context: int, model: str, precision: str) -> None:
         return step_time(step_cost(arch, shape, Parallel(), precision, kv_bytes), hardware, precision).total_s
 
     groups: dict[tuple[int, bool], list[tuple[float, float]]] = {}
-    for decodes, tokens, seconds, _ in steps:
+    for decodes, tokens, seconds, *_ in steps:
         groups.setdefault((decodes, tokens > 0), []).append((seconds, modelled(decodes, tokens)))
     print(f"{'decodes':>8} {'prompt':>7} {'steps':>6} {'measured':>10} {'model':>10} {'measured/model':>15}")
     for (decodes, prompt), pairs in sorted(groups.items()):

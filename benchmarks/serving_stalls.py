@@ -55,7 +55,7 @@ def worst_seconds(excess: list[tuple[float, float, float]], top: int) -> list[di
 
 def steps_on_run_clock(step_log: list[tuple], t0_unix: float) -> list[list[float]]:
     """[start s, seconds, one-token runs, tokens of longer runs] per step, start on the queries' clock."""
-    return [[round(wall - t0_unix, 5), round(sec, 6), ones, others] for ones, others, sec, wall in step_log]
+    return [[round(wall - t0_unix, 5), round(sec, 6), ones, others] for ones, others, sec, wall, *_ in step_log]
 
 
 def in_flight(queries: list[dict]) -> list[tuple[float, float]]:

@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 import tokenmill.sim.predict as predict_mod
+import tokenmill.sim.step_price as step_price
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.published import RESULTS, PublishedResult
@@ -42,7 +43,7 @@ def step_parts(row: PublishedResult, num_requests: int = 500, seq_choices: tuple
     arch, hw = get_model(row.model), get_hardware(row.hardware)
     if expert_stream is not None:
         hw = replace(hw, efficiency=replace(hw.efficiency, expert_stream=expert_stream))
-    priced_cost = predict_mod.step_cost
+    priced_cost = step_price.step_cost
 
     def costed(*args, **kwargs):
         cost = priced_cost(*args, **kwargs)
@@ -50,11 +51,11 @@ def step_parts(row: PublishedResult, num_requests: int = 500, seq_choices: tuple
         return replace(cost, gemm_flops=cost.gemm_flops + extra, expert_gemm_flops=cost.expert_gemm_flops + extra)
 
     if expert_gemm_scale != 1.0:
-        predict_mod.step_cost = costed
+        step_price.step_cost = costed
     try:
         return _recorded_best(arch, hw, row, num_requests, seq_choices)
     finally:
-        predict_mod.step_cost = priced_cost
+        step_price.step_cost = priced_cost
 
 
 def _recorded_best(arch, hw, row: PublishedResult, num_requests: int,
@@ -66,7 +67,7 @@ def _recorded_best(arch, hw, row: PublishedResult, num_requests: int,
     _, deployment = candidates[0]
     sums: dict[str, float] = defaultdict(float)
     steps = 0
-    priced = predict_mod.step_time
+    priced = step_price.step_time
 
     def recorded(cost, hardware, precision, fused_allreduce=False):
         nonlocal steps
@@ -86,11 +87,11 @@ def _recorded_best(arch, hw, row: PublishedResult, num_requests: int,
     # As _offline_candidates ran it: the row's own request count per replica, else two batches' worth.
     requests = (-(-row.num_requests // deployment.replicas) if row.num_requests
                 else max(workload.num_requests, 2 * deployment.max_num_seqs))
-    predict_mod.step_time = recorded
+    step_price.step_time = recorded
     try:
         figures = predict_mod.predict(arch, hw, deployment, replace(workload, num_requests=requests))
     finally:
-        predict_mod.step_time = priced
+        step_price.step_time = priced
     return figures["tokens_per_s_per_gpu"], deployment.max_num_seqs, {k: sums[k] / steps for k in PARTS}
 
 

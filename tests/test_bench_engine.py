@@ -17,6 +17,7 @@ from tokenmill.bench.results import load_result
 from tokenmill.bench.runner import Target, run_benchmark
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Sample, Workload
+from tokenmill.engine.step_log import STEPS_FILE, load_steps
 
 NUM_SAMPLES = 8
 MAX_TOKENS = 6
@@ -129,3 +130,37 @@ def test_concurrency_cap_serialises_queries(target, workload, tmp_path):
     spans = sorted((q.first_token_s, q.finished_s) for q in result.queries)
     # With one query in flight, no query's first token comes before the previous one finished.
     assert all(later[0] >= earlier[1] - 1e-3 for earlier, later in zip(spans, spans[1:]))
+
+
+def test_the_run_keeps_the_engines_steps(engine, target, workload, tmp_path):
+    """One query at a time: each step runs one sequence, so the kept log says exactly what ran: per
+    query, its prompt (a chunk, or one position where all but its last token was cached), then one
+    decode per further token over a KV length one longer each time."""
+    settings = BenchSettings(scenario="offline", max_concurrency=1, min_query_count=NUM_SAMPLES)
+    result = run_benchmark(target, workload, settings, tmp_path, progress=False, plots=False)
+    assert result.engine_steps_file == STEPS_FILE and load_result(tmp_path).engine_steps_file == STEPS_FILE
+    steps = load_steps(tmp_path / STEPS_FILE)
+    assert engine.step_log is None  # the run's own log, stopped with it
+    (prompt,) = {len(s.prompt_token_ids) for s in workload.samples}  # the facts' prompts are equally long
+    n = result.metrics.num_queries
+    assert len(steps) == result.metrics.engine_steps == n * MAX_TOKENS
+    assert all(s.decodes + len(s.chunks) == 1 for s in steps)
+    decodes = [s for s in steps if s.decodes and s.decode_context_sum >= prompt]
+    assert len(decodes) == n * (MAX_TOKENS - 1)
+    assert sum(s.decode_context_sum for s in decodes) == n * sum(range(prompt, prompt + MAX_TOKENS - 1))
+    prompts = [s for s in steps if s not in decodes]
+    assert all(sum(c) == prompt for s in prompts for c in s.chunks)
+    assert all(s.decode_context_sum == prompt - 1 for s in prompts if s.decodes)
+    starts = [s.start for s in steps]
+    assert starts == sorted(starts) and -1.0 < starts[0] and starts[-1] < result.metrics.duration_s + 1.0
+    assert 0 < sum(s.seconds for s in steps) <= result.metrics.duration_s + 1.0
+
+
+def test_a_log_kept_by_the_caller_is_read_not_replaced(engine, target, workload, tmp_path):
+    kept = engine.step_log = []
+    try:
+        run_benchmark(target, workload, BenchSettings(scenario="offline", min_query_count=NUM_SAMPLES), tmp_path,
+                      progress=False, plots=False)
+        assert engine.step_log is kept and len(kept) == len(load_steps(tmp_path / STEPS_FILE)) > 0
+    finally:
+        engine.step_log = None

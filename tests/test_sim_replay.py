@@ -10,12 +10,16 @@ from tokenmill.bench.metrics import compute_metrics
 from tokenmill.bench.results import BenchResult, QueryRecord, Verdict
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.cli import main
+from tokenmill.engine.step_log import STEPS_FILE, LoggedStep, load_steps, save_steps
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.replay import load_trace
+from tokenmill.sim.served_steps import at_served_prices, logged_shape, price_steps
 from tokenmill.sim.serving import SimRequest
+from tokenmill.sim.shapes import PrefillChunk, StepShape
+from tokenmill.sim.step_price import replica_step_seconds
 
 PROMPTS = [40, 72, 40, 130, 72]  # samples 0, 1, 0, 2, 1: queries 2 and 4 repeat a sample
 SAMPLES = [0, 1, 0, 2, 1]
@@ -133,3 +137,105 @@ def test_the_servers_step_counters_are_set_against_the_simulated_steps(tmp_path,
     assert main([*args, "--replay", str(path)]) == 0
     row = f"| engine busy on a core (80% of it) | 0.5 s | {busy:,.1f} s | {busy / 0.48:.2f} |"
     assert row in capsys.readouterr().out
+
+
+STEPS = [  # (start on the run clock, seconds, decodes, their KV lengths summed, prompt chunks)
+    (0.0, 0.030, 0, 0, [[40, 0]]), (0.04, 0.004, 1, 40, []), (0.5, 0.030, 1, 41, [[72, 0]]),
+    (0.6, 0.005, 2, 115, []), (0.61, 0.006, 3, 120, [[2, 40]])]
+
+
+def _run_with_steps(tmp_path, **counters) -> str:
+    path = _run(tmp_path, _records(), **counters)
+    doc = json.loads(path.read_text())
+    doc["engine_steps_file"] = STEPS_FILE
+    path.write_text(json.dumps(doc))
+    save_steps(tmp_path / STEPS_FILE, [LoggedStep(d, sum(n for n, _ in c), s, t + 100.0, ctx,
+                                                  tuple(map(tuple, c))) for t, s, d, ctx, c in STEPS], 100.0)
+    return str(path)
+
+
+def test_the_step_file_round_trips_and_names_a_bad_line(tmp_path):
+    path = _run_with_steps(tmp_path)
+    steps = load_steps(tmp_path / STEPS_FILE)
+    assert [(s.start, s.seconds, s.decodes, s.decode_context_sum, [list(c) for c in s.chunks])
+            for s in steps] == [tuple(x) for x in STEPS]
+    assert [s.chunk_tokens for s in steps] == [40, 0, 72, 0, 2]
+    assert load_trace(path).steps == steps
+    shape = logged_shape(steps[3])  # two decodes over 115 tokens: 58 and 57, the sum kept exact
+    assert sorted(shape.decode_contexts) == [57, 58] and shape.prefills == ()
+    assert logged_shape(steps[4]).prefills == (PrefillChunk(2, 40),)
+    with open(tmp_path / STEPS_FILE, "a") as f:
+        f.write('{"start_s": 1.0}\n')
+    with pytest.raises(ValueError, match="line 6 is not a step record"):
+        load_steps(tmp_path / STEPS_FILE)
+    (tmp_path / STEPS_FILE).unlink()
+    with pytest.raises(ValueError, match=f"names {STEPS_FILE}, which is not in"):
+        load_trace(path)
+
+
+def test_the_replay_prices_each_logged_step_at_its_shape(tmp_path, capsys):
+    """Where the bench kept the engine's steps, the replay prices each at its own shape with the
+    simulation's step price, in sum and by kind and decode bucket."""
+    path = _run_with_steps(tmp_path)
+    args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16",
+            "--max-num-seqs", "8", "--max-num-batched-tokens", "256", "--replay", path]
+    assert main([*args, "--json"]) == 0
+    served = json.loads(capsys.readouterr().out)["served_steps"]
+    price = replica_step_seconds(get_model("smollm2-135m"), get_hardware("h100"), Deployment(
+        1, Parallel(), "bf16", max_num_seqs=8, max_num_batched_tokens=256))
+    priced = [price(logged_shape(s)) for s in load_steps(tmp_path / STEPS_FILE)]
+    assert served["steps"] == 5 and served["measured_s"] == pytest.approx(0.075)
+    assert served["priced_s"] == pytest.approx(sum(priced))
+    assert served["priced_over_measured"] == pytest.approx(sum(priced) / 0.075)
+    groups = {(g["kind"], g["decodes_from"]): g for g in served["groups"]}
+    assert sorted(groups) == [("decode-only", 1), ("decode-only", 2), ("with a prompt", 0),
+                              ("with a prompt", 1), ("with a prompt", 2)]
+    assert groups[("decode-only", 2)]["decodes_to"] == 3 and groups[("decode-only", 1)]["decodes_to"] == 1
+    assert groups[("with a prompt", 2)]["priced_s"] == pytest.approx(priced[4])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"the engine's own 5 steps, each priced at its shape: measured 0.1 s, priced {sum(priced):,.1f} s" in out
+    assert "| decode-only | 2-3 | 1 | 2.0 / 0 | 5.0 ms |" in out and "| with a prompt | 0 | 1 | 0.0 / 40 |" in out
+    (tmp_path / "no-steps").mkdir()
+    assert main([*args[:-2], "--replay", str(_run(tmp_path / "no-steps", _records()))]) == 0
+    assert "each priced at its shape" not in capsys.readouterr().out  # no step log kept: no such table
+
+
+def test_at_the_served_prices_each_step_takes_what_its_kind_took():
+    """A step of a bucket the run ran costs its price times that bucket's measured / priced seconds; a
+    step of a bucket it never ran, the run's overall ratio."""
+    steps = [LoggedStep(d, sum(n for n, _ in c), s, t, ctx, tuple(map(tuple, c))) for t, s, d, ctx, c in STEPS]
+    flat = price_steps(steps, lambda shape: 0.010)  # every step priced 10 ms
+    scaled = at_served_prices(lambda shape: 0.010, flat)
+    assert scaled(logged_shape(steps[3])) == pytest.approx(0.005)  # decode-only, 2-3 decodes: took 5 ms
+    assert scaled(logged_shape(steps[0])) == pytest.approx(0.030)  # a prompt, no decodes: 30 ms
+    assert scaled(StepShape(decode_contexts=(9,) * 40)) == pytest.approx(0.010 * 0.075 / 0.050)  # never ran
+    with pytest.raises(ValueError, match="reprice"):
+        predict(get_model("smollm2-135m"), get_hardware("h100"), Deployment(1, Parallel(), "bf16"),
+                Workload("server", 64, 8, target_qps=1.0), reprice=lambda price: price)
+
+
+def test_the_replay_runs_again_at_the_served_steps_prices(tmp_path, capsys):
+    path = _run_with_steps(tmp_path)
+    args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16", "--replay", path]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    repriced, simulated = doc["simulated_at_served_prices"], doc["simulated"]
+    # The logged steps took longer than an H100 prices them: at their prices the same queries finish later.
+    assert doc["served_steps"]["priced_over_measured"] < 1
+    assert repriced["ttft_ms"]["p50"] > simulated["ttft_ms"]["p50"]
+    assert repriced["tpot_ms"]["p50"] > simulated["tpot_ms"]["p50"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "| figure | measured | simulated | sim / measured | at the served steps' prices | / measured |" in out
+    ttft = repriced["ttft_ms"]["p50"]
+    assert f"| TTFT p50 | 200.0 ms | {simulated['ttft_ms']['p50']:,.1f} ms |" in out
+    assert f" {ttft:,.1f} ms | {ttft / 200.0:.2f} |" in out
+    # The server's step counters, where read, against the replay's steps at both prices.
+    path = _run_with_steps(tmp_path, engine_steps=90, engine_busy_s=0.6)
+    assert main([*args[:-1], path, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    busy, repriced_busy = doc["simulated"]["engine_busy_s"], doc["simulated_at_served_prices"]["engine_busy_s"]
+    assert main([*args[:-1], path]) == 0
+    assert (f"| engine busy | 0.6 s | {busy:,.1f} s | {busy / 0.6:.2f} | {repriced_busy:,.1f} s | "
+            f"{repriced_busy / 0.6:.2f} |") in capsys.readouterr().out

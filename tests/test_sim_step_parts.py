@@ -4,7 +4,7 @@ same figure as the candidate search, and the mean step's parts add up as the cos
 import math
 from dataclasses import replace
 
-import tokenmill.sim.predict as predict_mod
+import tokenmill.sim.step_price as step_price
 from benchmarks.sim_step_parts import step_parts
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
@@ -15,9 +15,9 @@ from tokenmill.sim.validate import _offline_candidates, parse_parallel, row_work
 def test_recorded_run_matches_the_search_and_its_parts_add_up():
     row = next(r for r in RESULTS if r.model == "llama3.1-8b" and r.dataset is None and r.hardware == "h100")
     row = replace(row, num_requests=48)  # a short run: the test checks the bookkeeping, not the figure
-    priced = predict_mod.step_time
+    priced = step_price.step_time
     simulated, seqs, parts = step_parts(row, seq_choices=(8, 16))
-    assert predict_mod.step_time is priced  # the recorder is taken out again
+    assert step_price.step_time is priced  # the recorder is taken out again
     workload = row_workload(row, 500)
     candidates, _ = _offline_candidates(get_model(row.model), get_hardware(row.hardware), row, workload,
                                         [parse_parallel(row.parallel)], (8, 16))

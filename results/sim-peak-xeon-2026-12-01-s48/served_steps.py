@@ -30,11 +30,11 @@ def price_table(log) -> str:
         return step_time(step_cost(arch, shape, Parallel(), "bf16", 2.0), profile, "bf16").total_s
 
     groups = {}
-    for d, p, s, _ in log:
+    for d, p, s, *_ in log:
         key = ("decode-only" if not p else "with a prompt", min(d // 16 * 16, 96))
         groups.setdefault(key, []).append((s, price(d, p), d, p))
     lines = [f"{len(log)} steps; measured busy {sum(x[2] for x in log):.1f} s, priced "
-             f"{sum(price(d, p) for d, p, _, _ in log):.1f} s",
+             f"{sum(price(d, p) for d, p, *_ in log):.1f} s",
              "| kind | decodes | steps | mean decodes / prompt tokens | measured median ms | priced median ms | "
              "priced / measured (sums) |",
              "|---|---|---|---|---|---|---|"]

@@ -204,6 +204,10 @@ class BenchResult:
     gc_stalls: list | None = None
     """The run's garbage collections of this process that took 1 ms or more:
     [generation, start (seconds on the queries' clock), milliseconds]."""
+    engine_steps_file: str | None = None
+    """With the in-process engine: the file in this folder that holds each of its steps during
+    the run (``engine_steps.jsonl``, engine/step_log.py; what ``tokenmill sim --replay`` prices
+    step by step); None for an HTTP target."""
     schema: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -21,6 +21,7 @@ from tokenmill.bench.server_metrics import rates_between, read_counters
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.bench.workload import Workload
 from tokenmill.engine.gc_heap import GcPauseLog
+from tokenmill.engine.step_log import STEPS_FILE, LoggedStep, save_steps
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +54,13 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     backend = target.make_backend()
     counters = _counter_reader(target, backend)
     before = counters()
+    steps = _StepRecorder(target, backend)
     cpu_start = time.process_time()
     with GcPauseLog() as gc_log:
         run = LoadGenDriver(backend, workload, settings, run_dir, progress=progress).run()
     client_cpu_s = time.process_time() - cpu_start
     after = counters()
+    logged = steps.finish()
     verdict, figures = read_summary(run_dir)
     if settings.mode == "accuracy":
         verdict = Verdict("ACCURACY", verdict.checks, [])
@@ -95,11 +98,36 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     if settings.mode == "accuracy":
         from tokenmill.bench.accuracy import score_accuracy
         result.accuracy = score_accuracy(run_dir, workload)
+    if logged is not None:
+        result.engine_steps_file = save_steps(run_dir / STEPS_FILE, logged, run.t0_unix).name
     result.save(run_dir)
     if plots and settings.mode == "performance":
         from tokenmill.bench.plots import plot_latency_distributions
         plot_latency_distributions(result, run_dir / "latency.png")
     return result
+
+
+class _StepRecorder:
+    """The in-process engine's steps during one run (its ``step_log``; engine/step_log.py). A log
+    someone else keeps (benchmarks/serving_stalls.py, over a whole sweep) is read, not replaced."""
+
+    def __init__(self, target: Target, backend) -> None:
+        engine = getattr(backend, "engine", None) if target.kind == "engine" else None
+        self.engine = engine if hasattr(engine, "step_log") else None  # an AsyncEngine (a cluster has none)
+        if self.engine is None:
+            return
+        self.owned = self.engine.step_log is None
+        if self.owned:
+            self.engine.step_log = []
+        self.log, self.first = self.engine.step_log, len(self.engine.step_log)
+
+    def finish(self) -> list[LoggedStep] | None:
+        """The run's steps (None without an in-process engine); stops a log this recorder started."""
+        if self.engine is None:
+            return None
+        if self.owned:
+            self.engine.step_log = None
+        return self.log[self.first:]
 
 
 def _counter_reader(target: Target, backend) -> Callable[[], dict[str, float] | None]:

@@ -22,6 +22,7 @@ from tokenmill.config import EngineConfig
 from tokenmill.engine.client import EngineStats
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.engine.request import RequestStatus
+from tokenmill.engine.step_log import LoggedStep, logged_step
 from tokenmill.engine.step_thread import start_step_thread
 from tokenmill.errors import QueueFullError, RequestError
 from tokenmill.outputs import RequestOutput, merge_outputs
@@ -102,12 +103,13 @@ class AsyncEngine:
         self._pending_adds = 0
         self._cv = threading.Condition()
         self._stopped = False
-        self.step_log: list[tuple[int, int, float, float]] | None = None
-        """When a list: each engine-thread cycle that ran a step appends (one-token
-        runs, tokens of the longer runs, seconds from taking the inbox to the
-        outputs ready to hand off, its start as time.time()), before handing them
-        off, so a consumer that has a step's outputs finds its entry; `tokenmill
-        sim calibrate` and benchmarks/serving_stalls.py read it."""
+        self.step_log: list[LoggedStep] | None = None
+        """When a list: each engine-thread cycle that ran a step appends its record
+        (engine/step_log.py: one-token runs, the longer runs, seconds from taking the
+        inbox to the outputs ready to hand off, its start as time.time()), before
+        handing them off, so a consumer that has a step's outputs finds its entry;
+        `tokenmill bench` (engine_steps.jsonl), `tokenmill sim calibrate` and
+        benchmarks/serving_stalls.py read it."""
 
         def build() -> None:
             self.engine = engine if isinstance(engine, LLMEngine) else LLMEngine(engine)
@@ -193,11 +195,10 @@ class AsyncEngine:
 
     def _log_step(self, start: float) -> None:
         step_log = self.step_log  # one read: another thread may swap or clear it
-        if step_log is not None:
-            scheduled = self.engine.core.last_schedule
-            ones = sum(s.num_new_tokens == 1 for s in scheduled.scheduled)
+        scheduled = self.engine.core.last_schedule
+        if step_log is not None and scheduled:  # a cycle that scheduled nothing ran no step (nor counted one)
             seconds = time.perf_counter() - start
-            step_log.append((ones, scheduled.num_tokens - ones, seconds, time.time() - seconds))
+            step_log.append(logged_step(scheduled, seconds, time.time() - seconds))
 
     def _apply(self, inbox) -> None:
         adds = 0

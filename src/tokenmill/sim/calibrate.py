@@ -172,7 +172,7 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12, roun
         engine.step_log = []
         for prompts, max_tokens, late in runs:
             asyncio.run(_serve(engine, prompts, max_tokens, late))
-        times = [t for d, p, t, _ in engine.step_log if (d, p) == (decodes, prefill)]
+        times = [s.seconds for s in engine.step_log if (s.decodes, s.chunk_tokens) == (decodes, prefill)]
         engine.step_log = None
         if not times:
             raise RuntimeError(f"calibrate: no step of {decodes} decodes and {prefill} prefill tokens was seen")

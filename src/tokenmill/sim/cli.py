@@ -313,6 +313,8 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
 
     from tokenmill.sim.predict import predict
     from tokenmill.sim.replay import comparison_table, load_trace, measured_figures
+    from tokenmill.sim.served_steps import at_served_prices, price_steps, served_steps_table
+    from tokenmill.sim.step_price import replica_step_seconds
 
     for flag, given in (("--uplift", args.uplift), ("--search", args.search), ("--pareto", args.pareto),
                         ("--draws", args.draws > 1), ("--seed", args.seed != 0)):
@@ -320,14 +322,23 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
             raise ValueError(f"--replay and {flag}: pick one (--replay simulates one deployment on a measured run's "
                              "own arrivals)")
     trace = load_trace(args.replay, prefix_caching=not args.no_enable_prefix_caching)
-    figures = predict(arch, hw, deployment, replace(workload, scenario=trace.result.scenario, requests=trace.requests,
-                                                    num_requests=len(trace.requests)))
+    replayed = replace(workload, scenario=trace.result.scenario, requests=trace.requests,
+                       num_requests=len(trace.requests))
+    figures = predict(arch, hw, deployment, replayed)
+    steps = repriced = None
+    if trace.steps:  # the bench kept the engine's steps: price each, and replay again at their prices
+        steps = price_steps(trace.steps, replica_step_seconds(arch, hw, deployment))
+        if deployment.pipeline_parallel == 1:
+            repriced = predict(arch, hw, deployment, replayed, reprice=lambda price: at_served_prices(price, steps))
     if args.json:
         print(json.dumps({"simulated": figures, "measured": measured_figures(trace), "queries": len(trace.requests),
                           "failed_left_out": trace.skipped, "repeated_samples": trace.repeats,
-                          "cached_prompt_share": trace.cached_prompt_share}, indent=2))
+                          "cached_prompt_share": trace.cached_prompt_share, "served_steps": steps,
+                          "simulated_at_served_prices": repriced}, indent=2))
     else:
-        print(comparison_table(trace, figures))
+        print(comparison_table(trace, figures, repriced))
+        if steps:
+            print("\n" + served_steps_table(steps))
         print()
         print(_table(figures))
     return 0

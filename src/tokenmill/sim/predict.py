@@ -31,8 +31,6 @@ from tokenmill.sim.cost import (
     Parallel,
     shape_kv_bytes_per_token,
     shape_weight_bytes,
-    step_cost,
-    step_time,
 )
 from tokenmill.sim.cuda_graphs import without_cuda_graphs
 from tokenmill.sim.disagg import (
@@ -48,13 +46,12 @@ from tokenmill.sim.jobs import worker_pool
 from tokenmill.sim.kernels import CURRENT as CURRENT_KERNELS
 from tokenmill.sim.kernels import step_scale
 from tokenmill.sim.models import model_shape
-from tokenmill.sim.mtp_module import draft_seconds
-from tokenmill.sim.pipeline import cycle_seconds, flow_shops, stage_shape
+from tokenmill.sim.pipeline import flow_shops, stage_shape
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.scenario_run import PeakRunReport, run_scenario, server_arrivals
 from tokenmill.sim.serving import SimConfig, SimRequest, StepTime, simulate
-from tokenmill.sim.shapes import StepShape
 from tokenmill.sim.sim_result import SimResult
+from tokenmill.sim.step_price import host_floor, step_seconds
 
 PRECISION_BYTES_KV = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0, "fp4": 1.0}
 """KV cache bytes per value by weight precision (FP8 KV with FP8/FP4 weights, as the published runs use)."""
@@ -314,11 +311,15 @@ def check_deployment(arch, hw: Hardware, d: Deployment) -> int:
 
 
 def predict(arch, hw: Hardware, d: Deployment, w: Workload, on_peak_run: PeakRunReport | None = None,
-            jobs: int = 1) -> dict:
+            jobs: int = 1, reprice: Callable[[StepTime], StepTime] | None = None) -> dict:
     """The figures of one run: throughput, latency percentiles, cost, and the deployment.
     ``on_peak_run``: told each run of a Server peak-QPS search (sim/scenario_run.py); ``jobs``:
-    processes for that search's runs (sim/peak_qps.py; the same figures for any number)."""
-    r = _runner(arch, hw, d, w)
+    processes for that search's runs (sim/peak_qps.py; the same figures for any number).
+    ``reprice``: wraps the replicas' step price (a replay at its run's served prices,
+    sim/served_steps.py); given requests only, on a replica of one pipeline stage."""
+    if reprice is not None and (w.requests is None or d.pipeline_parallel > 1):
+        raise ValueError("reprice: for given requests on replicas without pipeline stages")
+    r = _runner(arch, hw, d, w, reprice)
     if d.disagg and w.scenario == "singlestream" and w.requests is None:
         raise ValueError("--disagg: SingleStream runs one query at a time; simulate it aggregated")
     if w.requests is not None:
@@ -360,11 +361,13 @@ class _Runner:
     num_requests: int
 
 
-def _runner(arch, hw: Hardware, d: Deployment, w: Workload) -> _Runner:
+def _runner(arch, hw: Hardware, d: Deployment, w: Workload,
+            reprice: Callable[[StepTime], StepTime] | None = None) -> _Runner:
     blocks = check_deployment(arch, hw, d)
     if not d.cuda_graphs:
         hw = without_cuda_graphs(hw, arch.num_layers, d.eager_layer_s)
-    seconds = _step_seconds(arch, hw, d, d.parallel)
+    reprice = reprice or (lambda price: price)
+    seconds = reprice(step_seconds(arch, hw, d, d.parallel))
 
     # Each scheduler (a replica, or a pipeline's micro-batch) has its share of the replica's KV blocks.
     config = SimConfig(max_num_seqs=d.max_num_seqs, max_num_batched_tokens=step_budget(d),
@@ -382,7 +385,7 @@ def _runner(arch, hw: Hardware, d: Deployment, w: Workload) -> _Runner:
         prefill = Pool(seconds, replace(config, overlap_scheduler=False))
         decode_parallel, decode_seqs = d.decode_parallel, d.decode_max_num_seqs
         decode_blocks = kv_blocks(arch, hw, d, decode_parallel)
-        decode = Pool(_step_seconds(arch, hw, d, decode_parallel), replace(
+        decode = Pool(reprice(step_seconds(arch, hw, d, decode_parallel)), replace(
             config, max_num_seqs=decode_seqs, max_num_batched_tokens=step_budget(d, decode_parallel, decode_seqs),
             num_kv_blocks=decode_blocks, adp_balance=None))  # it admits transferred KV, not prompts
         transfer = transfer_time(arch, hw, d)
@@ -391,7 +394,7 @@ def _runner(arch, hw: Hardware, d: Deployment, w: Workload) -> _Runner:
             return simulate_disagg(requests, d.disagg, prefill, decode, transfer)
     elif d.pipeline_parallel > 1:
         flow_shop = flow_shops(model_shape(arch), d.parallel, d.pipeline_parallel, d.precision, d.kv_dtype_bytes, hw,
-                               d.fused_allreduce, step_scale(d.kernels), _host_floor(d))
+                               d.fused_allreduce, step_scale(d.kernels), host_floor(d))
 
         def run(requests):
             return simulate_routed(requests, group, seconds, config, d.router, pipeline=d.pipeline_parallel,
@@ -403,35 +406,6 @@ def _runner(arch, hw: Hardware, d: Deployment, w: Workload) -> _Runner:
         def run(requests):
             return simulate(requests, seconds, config)
     return _Runner(run, seconds, config, hw, blocks, decode_blocks, group, share, num_requests)
-
-
-def _step_seconds(arch, hw: Hardware, d: Deployment, parallel: Parallel) -> StepTime:
-    """A step's seconds on a replica of ``parallel`` at the deployment's kernel generation, drafts
-    included (a lone micro-batch's through a pipeline: sim/pipeline.py), at least the host's time
-    for its sequences (``Deployment.host_seq_s``)."""
-    kv_bytes, scale = d.kv_dtype_bytes, step_scale(d.kernels)
-
-    def seconds(shape: StepShape) -> float:
-        cost = step_cost(arch, shape, parallel, d.precision, kv_bytes)
-        drafts = draft_seconds(arch, shape, d.mtp_depth, parallel, d.precision, kv_bytes, hw, d.fused_allreduce)
-        return (step_time(cost, hw, d.precision, d.fused_allreduce).total_s + drafts) * scale
-
-    def cycle(shape: StepShape) -> float:
-        return cycle_seconds(model_shape(arch), shape, parallel, d.pipeline_parallel, d.precision, kv_bytes,
-                             hw, d.fused_allreduce) * scale
-
-    device = cycle if d.pipeline_parallel > 1 else seconds
-    floor = _host_floor(d)
-    if floor is None:
-        return device
-    return lambda shape: max(device(shape), floor(shape))  # the host's work overlaps the device's step
-
-
-def _host_floor(d: Deployment) -> StepTime | None:
-    """The host's seconds for a step's sequences (``Deployment.host_seq_s``); None where not modelled."""
-    if not d.host_seq_s:
-        return None
-    return lambda shape: d.host_seq_s * (shape.num_decodes + len(shape.prefills))
 
 
 def _scheduler_group(d: Deployment, w: Workload) -> int:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokenmill.bench.results import BenchResult, load_result
+from tokenmill.engine.step_log import LoggedStep, load_steps
 from tokenmill.sim.serving import SimRequest
 
 
@@ -44,6 +45,9 @@ class Trace:
     """Failed queries (or ones that produced no token) left out."""
     repeats: int
     """Queries whose sample had been issued before in the run (replayed as prefix hits when caching is on)."""
+    steps: list[LoggedStep] | None = None
+    """The engine's own steps during the run, where the bench kept them (the in-process engine's
+    engine_steps.jsonl; sim/served_steps.py prices them); None for an HTTP target's run."""
 
     @property
     def cached_prompt_share(self) -> float:
@@ -70,7 +74,14 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
         shared = {"prefix_group": q.sample_index % prefixes,
                   "prefix_tokens": min(params["prefix_len"], q.prompt_tokens)} if prefixes else {}
         requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, cached, **shared))
-    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats)
+    steps = None
+    if result.engine_steps_file:
+        folder = Path(path) if Path(path).is_dir() else Path(path).parent
+        try:
+            steps = load_steps(folder / result.engine_steps_file)
+        except FileNotFoundError:
+            raise ValueError(f"--replay: {path} names {result.engine_steps_file}, which is not in {folder}") from None
+    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats, steps)
 
 
 def measured_figures(trace: Trace) -> dict:
@@ -87,37 +98,54 @@ def measured_figures(trace: Trace) -> dict:
             "engine_busy_cpu_s": m.engine_busy_cpu_s}
 
 
-def comparison_table(trace: Trace, simulated: dict) -> str:
-    """Markdown: measured vs simulated for the figures both have."""
+def comparison_table(trace: Trace, simulated: dict, at_served_prices: dict | None = None) -> str:
+    """Markdown: measured vs simulated for the figures both have; with ``at_served_prices`` (the
+    replay with each step priced as the run's own steps of its kind took: sim/served_steps.py)
+    two more columns for it, beside the latencies and throughput."""
     measured = measured_figures(trace)
     r, hit = trace.result, measured["prefix_cache_hit_rate"]
+    more = at_served_prices is not None
+    head = "| figure | measured | simulated | sim / measured |" + (
+        " at the served steps' prices | / measured |" if more else "")
     lines = [f"replay of {r.scenario} run {r.created} ({len(trace.requests)} queries, {trace.skipped} failed left "
              f"out; {trace.repeats} repeated samples, {trace.cached_prompt_share:.0%} of prompt tokens replayed "
              f"as cached; measured prefix-cache hit rate {'n/a' if hit is None else format(hit, '.0%')})",
-             "", "| figure | measured | simulated | sim / measured |", "|---|---|---|---|"]
+             "", head, "|---|---|---|---|" + ("---|---|" if more else "")]
 
-    def row(name: str, a: float | None, b: float | None, unit: str) -> None:
+    def row(name: str, a: float | None, b: float | None, unit: str, c: float | None = None, digits: int = 1) -> None:
         if a is None or b is None:
             return
-        ratio = f"{b / a:.2f}" if a else "n/a"
-        lines.append(f"| {name} | {a:,.1f}{unit} | {b:,.1f}{unit} | {ratio} |")
+        line = f"| {name} | {a:,.{digits}f}{unit} | {b:,.{digits}f}{unit} | {_ratio(b, a)} |"
+        lines.append(line + (f" {c:,.{digits}f}{unit} | {_ratio(c, a)} |" if more and c is not None else
+                             (" | |" if more else "")))
 
-    row("output tokens/s", measured["tokens_per_s"], simulated["tokens_per_s"], "")
+    def fig(f: dict | None, key: str, pct: str | None = None) -> float | None:
+        v = f and f[key]
+        return v and v[pct] if pct else v
+
+    row("output tokens/s", measured["tokens_per_s"], simulated["tokens_per_s"], "",
+        fig(at_served_prices, "tokens_per_s"))
     if hit is not None:
         row("prefix-cache hit rate", hit * 100, simulated["prefix_cache_hit_rate"] * 100, "%")
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT")):
         for pct in ("p50", "p99"):
-            m, s = measured[key], simulated[key]
-            row(f"{label} {pct}", m and m[pct], s and s[pct], " ms")
+            row(f"{label} {pct}", fig(measured, key, pct), fig(simulated, key, pct), " ms",
+                fig(at_served_prices, key, pct))
     if measured["engine_steps"] and measured["engine_busy_s"] is not None:
-        lines += _step_rows(measured, simulated)
+        repriced = dict((name, b) for name, _, b, _, _ in _step_figures(measured, at_served_prices)) if more else {}
+        for name, a, b, unit, digits in _step_figures(measured, simulated):
+            row(name, a, b, unit, repriced.get(name), digits)
     return "\n".join(lines)
 
 
-def _step_rows(measured: dict, simulated: dict) -> list[str]:
-    """The server's step counters (engine/step_stats.py, workers summed) against the simulated
-    steps: all of them, then those with a prompt chunk and the decode-only ones where the run
-    read the split."""
+def _ratio(b: float, a: float) -> str:
+    return f"{b / a:.2f}" if a else "n/a"
+
+
+def _step_figures(measured: dict, simulated: dict) -> list[tuple[str, float, float, str, int]]:
+    """(name, measured, simulated, unit, decimals) of the server's step counters (engine/step_stats.py,
+    workers summed) against the simulated steps: all of them, then those with a prompt chunk and the
+    decode-only ones where the run read the split."""
     def kinds(f: dict) -> dict[str, tuple[float, float | None]]:
         steps, busy = f["engine_steps"], f["engine_busy_s"]
         out = {"": (steps, busy)}
@@ -129,17 +157,14 @@ def _step_rows(measured: dict, simulated: dict) -> list[str]:
     rows, sim = [], kinds(simulated)
     for label, (steps, busy) in kinds(measured).items():
         sim_steps, sim_busy = sim[label]
-        rows.append(f"| engine steps{label} | {steps:,.0f} | {sim_steps:,.0f} | "
-                    f"{sim_steps / steps:.2f} |" if steps else f"| engine steps{label} | 0 | {sim_steps:,.0f} | n/a |")
+        rows.append((f"engine steps{label}", steps, sim_steps, "", 0))
         if label == "":
-            rows.append(f"| engine busy | {busy:,.1f} s | {sim_busy:,.1f} s | {sim_busy / busy:.2f} |")
+            rows.append(("engine busy", busy, sim_busy, " s", 1))
             if measured.get("engine_busy_cpu_s"):
                 # A profile is calibrated on an idle machine, where the stepping thread holds its core for the
                 # whole step: its price is the steps' time on a core, which this sets it against.
                 cpu = measured["engine_busy_cpu_s"]
-                rows.append(f"| engine busy on a core ({cpu / busy:.0%} of it) | {cpu:,.1f} s | {sim_busy:,.1f} s | "
-                            f"{sim_busy / cpu:.2f} |")
+                rows.append((f"engine busy on a core ({cpu / busy:.0%} of it)", cpu, sim_busy, " s", 1))
         if steps and sim_steps:
-            mean, sim_mean = busy / steps * 1e3, sim_busy / sim_steps * 1e3
-            rows.append(f"| mean step{label} | {mean:,.1f} ms | {sim_mean:,.1f} ms | {sim_mean / mean:.2f} |")
+            rows.append((f"mean step{label}", busy / steps * 1e3, sim_busy / sim_steps * 1e3, " ms", 1))
     return rows
