@@ -55,11 +55,13 @@ def test_the_trace_holds_the_queries_as_they_arrived(tmp_path):
     assert [r.arrival_s for r in trace.requests] == pytest.approx([0, 0.5, 1.0, 1.5, 2.0])
     assert [r.prompt_tokens for r in trace.requests] == PROMPTS
     assert [r.output_tokens for r in trace.requests] == [17, 16, 17, 17, 17]  # the server's own count
-    assert [r.cached_tokens for r in trace.requests] == [0, 0, 40, 0, 72]  # repeated samples: prompt cached
+    # Each sample's prompt is a prefix of its own: a repeat hits what the simulated cache still holds.
+    assert [(r.prefix_group, r.prefix_tokens) for r in trace.requests] == list(zip(SAMPLES, PROMPTS))
+    assert all(r.cached_tokens == 0 for r in trace.requests)
     assert (trace.skipped, trace.repeats) == (1, 2)
-    assert trace.cached_prompt_share == pytest.approx(112 / sum(PROMPTS))
+    assert trace.repeated_prompt_share == pytest.approx(112 / sum(PROMPTS))
     no_cache = load_trace(tmp_path, prefix_caching=False)  # the run folder works too
-    assert all(r.cached_tokens == 0 for r in no_cache.requests)
+    assert all(r.cached_tokens == 0 and r.prefix_group == -1 for r in no_cache.requests)
 
 
 def test_a_run_without_a_successful_query_is_refused(tmp_path):
@@ -77,12 +79,15 @@ def test_replay_simulates_exactly_the_trace_requests(tmp_path):
     workload = Workload("server", 1, 1, requests=trace.requests)
     replayed = predict(arch, hw, deployment, workload)
     same = predict(arch, hw, deployment, Workload("server", 1, 1, requests=tuple(
-        SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, r.cached_tokens) for r in trace.requests)))
+        SimRequest(r.arrival_s, r.prompt_tokens, r.output_tokens, 0, s, p) for r, s, p in
+        zip(trace.requests, SAMPLES, PROMPTS))))
     assert replayed == same
     assert replayed["tokens_per_s"] > 0 and replayed["qps"] is None
+    # The idle cache still holds both repeated prompts: whole 16-token blocks, each leaving a token to compute.
+    assert replayed["prefix_cache_hit_rate"] == pytest.approx((32 + 64) / sum(PROMPTS))
     cold = predict(arch, hw, deployment, Workload("server", 1, 1, requests=load_trace(
         tmp_path, prefix_caching=False).requests))
-    assert replayed["ttft_ms"]["p50"] <= cold["ttft_ms"]["p50"]
+    assert cold["prefix_cache_hit_rate"] == 0 and replayed["ttft_ms"]["p50"] <= cold["ttft_ms"]["p50"]
 
 
 def test_the_command_prints_measured_against_simulated(tmp_path, capsys):

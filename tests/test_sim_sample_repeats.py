@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,29 +14,48 @@ from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.scenarios import server_requests, with_sample_repeats
+from tokenmill.sim.serving import SimConfig, SimRequest, simulate
 
 
-def test_a_repeated_sample_comes_back_cached_with_its_first_lengths():
+def test_a_repeated_sample_comes_back_with_its_first_lengths_and_its_prompt_as_its_prefix():
     # Prompt lengths all but surely distinct, so a repeat's lengths name the earlier query they came from.
     drawn = server_requests(1.0, lambda rng: int(rng.integers(1, 10**9)), [10, 20], num_requests=240, seed=3)
     repeated = with_sample_repeats(drawn, 256, seed=3)
     assert [r.arrival_s for r in repeated] == [r.arrival_s for r in drawn]
-    cached = [r for r in repeated if r.cached_tokens]
-    # 240 uniform picks of 256 samples: about 240 - 256 (1 - (255/256)^240) = 84 repeats.
-    assert 60 <= len(cached) <= 110
-    assert all(r.cached_tokens == r.prompt_tokens for r in cached)
-    earlier = set()
+    # Every query's prompt is its sample's own prefix, hit as far as the cache holds it: nothing up front.
+    assert all(r.cached_tokens == 0 and r.prefix_tokens == r.prompt_tokens for r in repeated)
+    first_of: dict[int, tuple[int, int]] = {}
+    repeats = 0
     for r, d in zip(repeated, drawn):
-        if r.cached_tokens:  # a repeat: an earlier new sample's lengths, not its own draw
-            assert (r.prompt_tokens, r.output_tokens) in earlier and r.prompt_tokens != d.prompt_tokens
+        lengths = (r.prompt_tokens, r.output_tokens)
+        if r.prefix_group in first_of:  # a repeat: the sample's first lengths, not its own draw
+            assert first_of[r.prefix_group] == lengths and r.prompt_tokens != d.prompt_tokens
+            repeats += 1
         else:
-            assert r == d  # a new sample keeps its own draw
-            earlier.add((r.prompt_tokens, r.output_tokens))
+            assert lengths == (d.prompt_tokens, d.output_tokens)  # a new sample keeps its own draw
+            first_of[r.prefix_group] = lengths
+    # 240 uniform picks of 256 samples: about 240 - 256 (1 - (255/256)^240) = 84 repeats.
+    assert 60 <= repeats <= 110 and all(0 <= g < 256 for g in first_of)
     assert with_sample_repeats(drawn, 256, seed=3) == repeated  # seeded
-    assert not any(r.cached_tokens for r in with_sample_repeats(drawn[:1], 1))
-    assert all(r.cached_tokens for r in with_sample_repeats(drawn, 1)[1:])  # one sample: every later query repeats it
+    assert len({r.prefix_group for r in with_sample_repeats(drawn, 1)}) == 1  # one sample: every query repeats it
     with pytest.raises(ValueError, match="--num-samples: must be >= 1"):
         with_sample_repeats(drawn, 0)
+
+
+def test_a_repeat_hits_what_the_cache_still_holds():
+    """Three queries of one 512-token sample on a 64-block cache of 16-token blocks, one at a time: the
+    second, on the idle cache, hits all but its last block (31 blocks); a 760-token prompt in between takes
+    48 blocks off the free queue's head (LRU first): the 31 never used, the second query's own last block
+    (released before the sample's blocks) and 16 of the sample's 32, so the third hits the 16 left."""
+    sample = SimRequest(0.0, 512, 1, 0, 0, 512)
+    requests = [sample, dataclasses.replace(sample, arrival_s=1.0), SimRequest(2.0, 760, 1, 0, 1, 760),
+                dataclasses.replace(sample, arrival_s=3.0)]
+    config = SimConfig(max_num_seqs=4, max_num_batched_tokens=1024, num_kv_blocks=64, block_size=16)
+    result = simulate(requests, lambda shape: 0.01, config)
+    assert result.prefix_hit_tokens == 31 * 16 + 16 * 16
+    assert result.prefix_query_tokens == 3 * 512 + 760
+    roomy = simulate(requests, lambda shape: 0.01, dataclasses.replace(config, num_kv_blocks=128))
+    assert roomy.prefix_hit_tokens == 2 * 31 * 16  # nothing evicted: both repeats hit all but a block
 
 
 def test_repeats_shorten_first_tokens_and_show_in_the_config():

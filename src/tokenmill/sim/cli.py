@@ -333,7 +333,7 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"simulated": figures, "measured": measured_figures(trace), "queries": len(trace.requests),
                           "failed_left_out": trace.skipped, "repeated_samples": trace.repeats,
-                          "cached_prompt_share": trace.cached_prompt_share, "served_steps": steps,
+                          "repeated_prompt_share": trace.repeated_prompt_share, "served_steps": steps,
                           "simulated_at_served_prices": repriced}, indent=2))
     else:
         print(comparison_table(trace, figures, repriced))

@@ -254,7 +254,8 @@ def _add_workload_args(w) -> None:
     w.add_argument("--num-samples", type=int, default=None, metavar="N",
                    help="server/interactive: each query draws one of N samples, as LoadGen draws from its sample "
                         "set (`tokenmill bench --num-samples`; the synthetic workload's default 256), and a sample "
-                        "drawn before finds its prompt in the prefix cache (default: every query a new prompt)")
+                        "drawn before hits what the replica that serves it still caches of its prompt (least "
+                        "recently used blocks evicted first; default: every query a new prompt)")
     w.add_argument("--preset", default=None, help="latency limits of a bench preset (default: the model's, else "
                                                   "llama3.1-8b's)")
     w.add_argument("--ttft-ms", type=float, default=None, help="p99 TTFT limit (overrides the preset)")

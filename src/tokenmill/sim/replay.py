@@ -11,17 +11,20 @@ measured traffic do on other hardware" (``--hardware``).
 
 Prefix cache: LoadGen issues a dataset's samples again once it has issued
 each (a run of more queries than samples), and ``tokenmill serve`` caches
-prompts by default. A query whose sample was issued before is replayed with
-its whole prompt cached (the simulator keeps at least one block to compute,
-as the engine does) unless ``prefix_caching`` is off; such a hit is found on
-every replica and never evicted, so these hits are an upper bound (the run's own
-measured hit rate is printed beside the simulated one). A run of the shared-prefix workload (`tokenmill bench --workload
-shared-prefix`) is replayed with its prefixes too: sample i starts with system prompt i mod
-``num_prefixes``, as that workload lays its samples out, of ``prefix_len`` tokens, hit once the
-replica computed it (sim/serving.py ``SimRequest.prefix_group``). Its repeated samples are left to
-that model rather than replayed as whole-prompt hits: a repeat finds its prompt only on the replica
-that computed it, and only until evicted, and of a shared-prefix prompt all but its question's few
-blocks are the shared prefix anyway (those few a repeat would hit are not counted).
+prompts by default. Unless ``prefix_caching`` is off, each sample's prompt is
+replayed as a prefix of its own (sim/serving.py ``SimRequest.prefix_group``):
+a query whose sample was issued before hits what the replica serving it still
+caches of that prompt, in whole blocks and never all of it (the engine computes
+at least its last token), evicted as the engine's block pool evicts
+(sim/prefix_cache.py) and held only on the replica that computed it; the run's
+own measured hit rate is printed beside the simulated one. (Until 2026-12-01,
+forty-ninth session, a repeat was replayed with its whole prompt cached, found on
+every replica and never evicted: an upper bound.) A run of the shared-prefix
+workload (`tokenmill bench --workload shared-prefix`) is replayed with its
+prefixes instead: sample i starts with system prompt i mod ``num_prefixes``, as
+that workload lays its samples out, of ``prefix_len`` tokens; a request has one
+group, and of a shared-prefix prompt all but its question's few blocks are the
+shared prefix anyway (those few a repeat would hit are not counted).
 """
 
 from __future__ import annotations
@@ -49,11 +52,14 @@ class Trace:
     """The engine's own steps during the run, where the bench kept them (the in-process engine's
     engine_steps.jsonl; sim/served_steps.py prices them); None for an HTTP target's run."""
 
+    repeated_prompt_tokens: int = 0
+    """Prompt tokens of the queries whose sample was issued before: what their hits could reach at most."""
+
     @property
-    def cached_prompt_share(self) -> float:
-        """Prompt tokens the replay treats as cached, over all prompt tokens."""
+    def repeated_prompt_share(self) -> float:
+        """``repeated_prompt_tokens`` over all prompt tokens."""
         total = sum(r.prompt_tokens for r in self.requests)
-        return sum(r.cached_tokens for r in self.requests) / total if total else 0.0
+        return self.repeated_prompt_tokens / total if total else 0.0
 
 
 def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
@@ -65,15 +71,20 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
         raise ValueError(f"--replay: {path} holds no successful query with its prompt and output token counts")
     params = result.workload.get("params", {})
     prefixes = params["num_prefixes"] if prefix_caching and params.get("workload") == "shared-prefix" else 0
-    t0, seen, repeats, requests = done[0].issued_s, set(), 0, []
+    t0, seen, repeats, repeated_tokens, requests = done[0].issued_s, set(), 0, 0, []
     for q in done:
         repeat = q.sample_index in seen
         seen.add(q.sample_index)
         repeats += repeat
-        cached = q.prompt_tokens if repeat and prefix_caching and not prefixes else 0
-        shared = {"prefix_group": q.sample_index % prefixes,
-                  "prefix_tokens": min(params["prefix_len"], q.prompt_tokens)} if prefixes else {}
-        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, cached, **shared))
+        repeated_tokens += q.prompt_tokens if repeat else 0
+        if prefixes:  # the workload's shared prefix
+            shared = {"prefix_group": q.sample_index % prefixes,
+                      "prefix_tokens": min(params["prefix_len"], q.prompt_tokens)}
+        elif prefix_caching:  # the sample's own prompt: a repeat hits what the replica still caches of it
+            shared = {"prefix_group": q.sample_index, "prefix_tokens": q.prompt_tokens}
+        else:
+            shared = {}
+        requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, 0, **shared))
     steps = None
     if result.engine_steps_file:
         folder = Path(path) if Path(path).is_dir() else Path(path).parent
@@ -81,7 +92,7 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
             steps = load_steps(folder / result.engine_steps_file)
         except FileNotFoundError:
             raise ValueError(f"--replay: {path} names {result.engine_steps_file}, which is not in {folder}") from None
-    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats, steps)
+    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats, steps, repeated_tokens)
 
 
 def measured_figures(trace: Trace) -> dict:
@@ -108,8 +119,8 @@ def comparison_table(trace: Trace, simulated: dict, at_served_prices: dict | Non
     head = "| figure | measured | simulated | sim / measured |" + (
         " at the served steps' prices | / measured |" if more else "")
     lines = [f"replay of {r.scenario} run {r.created} ({len(trace.requests)} queries, {trace.skipped} failed left "
-             f"out; {trace.repeats} repeated samples, {trace.cached_prompt_share:.0%} of prompt tokens replayed "
-             f"as cached; measured prefix-cache hit rate {'n/a' if hit is None else format(hit, '.0%')})",
+             f"out; {trace.repeats} repeated samples, {trace.repeated_prompt_share:.0%} of prompt tokens; measured "
+             f"prefix-cache hit rate {'n/a' if hit is None else format(hit, '.0%')})",
              "", head, "|---|---|---|---|" + ("---|---|" if more else "")]
 
     def row(name: str, a: float | None, b: float | None, unit: str, c: float | None = None, digits: int = 1) -> None:

@@ -63,22 +63,29 @@ def _requests(arrivals: Sequence[float], isl: Lengths, osl: Lengths, seed: int, 
 def with_sample_repeats(requests: Sequence[SimRequest], num_samples: int, seed: int = 0) -> list[SimRequest]:
     """``requests`` with each query a uniform pick of ``num_samples`` samples, as LoadGen draws Server
     queries from its performance sample set: a sample picked before comes back with the first pick's
-    lengths and its whole prompt in the prefix cache (the simulator keeps a prompt's last block
-    uncached); a new sample keeps its draw."""
+    lengths; a new sample keeps its draw. Each sample's prompt is a prefix of its own (``prefix_group``
+    = the sample): a repeat hits what the replica serving it still caches of it, evicted as the
+    engine's block pool evicts (sim/prefix_cache.py), held only where it was computed. Where the
+    requests carry shared prefixes already (``with_shared_prefixes``: a request has one group), a
+    repeat keeps the first pick's prefix and comes with its whole prompt cached instead (the simulator
+    keeps a prompt's last block uncached)."""
     if num_samples < 1:
         raise ValueError(f"--num-samples: must be >= 1, got {num_samples}")
     picks = np.random.default_rng([seed, 2]).integers(num_samples, size=len(requests))  # a stream of its own
-    first: dict[int, SimRequest] = {}
+    first: dict[int, tuple[SimRequest, bool]] = {}  # a sample's first pick, and whether its prompt is its own prefix
     out = []
     for request, pick in zip(requests, picks.tolist()):
         if pick in first:
-            earlier = first[pick]
+            earlier, own = first[pick]
             request = dataclasses.replace(request, prompt_tokens=earlier.prompt_tokens,
                                           output_tokens=earlier.output_tokens,
-                                          cached_tokens=earlier.prompt_tokens, prefix_group=earlier.prefix_group,
-                                          prefix_tokens=earlier.prefix_tokens)
+                                          cached_tokens=0 if own else earlier.prompt_tokens,
+                                          prefix_group=earlier.prefix_group, prefix_tokens=earlier.prefix_tokens)
         else:
-            first[pick] = request
+            own = request.prefix_group < 0  # no shared prefix: the sample's prompt is its own
+            if own:
+                request = dataclasses.replace(request, prefix_group=pick, prefix_tokens=request.prompt_tokens)
+            first[pick] = request, own
         out.append(request)
     return out
 
