@@ -16,7 +16,7 @@ from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
 from tokenmill.sim.replay import load_trace
-from tokenmill.sim.served_steps import at_served_prices, logged_shape, price_steps
+from tokenmill.sim.served_steps import MIN_BUCKET_STEPS, at_served_prices, logged_shape, price_steps
 from tokenmill.sim.serving import SimRequest
 from tokenmill.sim.shapes import PrefillChunk, StepShape
 from tokenmill.sim.step_price import replica_step_seconds
@@ -207,14 +207,16 @@ def test_the_replay_prices_each_logged_step_at_its_shape(tmp_path, capsys):
 
 
 def test_at_the_served_prices_each_step_takes_what_its_kind_took():
-    """A step of a bucket the run ran costs its price times that bucket's measured / priced seconds; a
-    step of a bucket it never ran, the run's overall ratio."""
-    steps = [LoggedStep(d, sum(n for n, _ in c), s, t, ctx, tuple(map(tuple, c))) for t, s, d, ctx, c in STEPS]
-    flat = price_steps(steps, lambda shape: 0.010)  # every step priced 10 ms
+    """A step of a bucket the run ran at least MIN_BUCKET_STEPS steps of costs its price times that
+    bucket's measured / priced seconds; a step of a bucket it ran fewer of, or none, the run's overall ratio."""
+    decodes = [LoggedStep(2, 0, 0.005, 0.1 * i, 100) for i in range(MIN_BUCKET_STEPS)]  # 5 ms each
+    prompt = LoggedStep(0, 40, 0.030, 9.0, 0, ((40, 0),))  # one step of its bucket: 30 ms
+    flat = price_steps([*decodes, prompt], lambda shape: 0.010)  # every step priced 10 ms
     scaled = at_served_prices(lambda shape: 0.010, flat)
-    assert scaled(logged_shape(steps[3])) == pytest.approx(0.005)  # decode-only, 2-3 decodes: took 5 ms
-    assert scaled(logged_shape(steps[0])) == pytest.approx(0.030)  # a prompt, no decodes: 30 ms
-    assert scaled(StepShape(decode_contexts=(9,) * 40)) == pytest.approx(0.010 * 0.075 / 0.050)  # never ran
+    overall = (MIN_BUCKET_STEPS * 0.005 + 0.030) / ((MIN_BUCKET_STEPS + 1) * 0.010)
+    assert scaled(logged_shape(decodes[0])) == pytest.approx(0.005)  # decode-only, 2-3 decodes: took 5 ms
+    assert scaled(logged_shape(prompt)) == pytest.approx(0.010 * overall)  # one step: the overall ratio
+    assert scaled(StepShape(decode_contexts=(9,) * 40)) == pytest.approx(0.010 * overall)  # never ran
     with pytest.raises(ValueError, match="reprice"):
         predict(get_model("smollm2-135m"), get_hardware("h100"), Deployment(1, Parallel(), "bf16"),
                 Workload("server", 64, 8, target_qps=1.0), reprice=lambda price: price)

@@ -39,14 +39,20 @@ def _bucket(decodes: int, prompt: bool) -> tuple[str, int]:
     return "with a prompt" if prompt else "decode-only", 0 if decodes == 0 else 1 << (decodes.bit_length() - 1)
 
 
+MIN_BUCKET_STEPS = 20
+"""A bucket of fewer of the run's steps takes the run's overall ratio at its served prices: one odd
+step (the first of a run, say) is not a price."""
+
+
 def at_served_prices(seconds: Callable[[StepShape], float], priced: dict) -> Callable[[StepShape], float]:
     """``seconds`` scaled, step by step, to what the run's own steps of the same kind and decode bucket
-    took over their price (``price_steps``' figures; a bucket the run never ran takes the run's overall
-    ratio). A replay at these prices leaves the scheduling simulation as the only model of the run: where
-    it then agrees with the measured latencies, their gap was the step prices'."""
+    took over their price (``price_steps``' figures; a bucket the run ran fewer than ``MIN_BUCKET_STEPS``
+    steps of, or none, takes the run's overall ratio). A replay at these prices leaves the scheduling
+    simulation as the only model of the run: where it then agrees with the measured latencies, their
+    gap was the step prices'."""
     overall = priced["measured_s"] / priced["priced_s"]
     factors = {(g["kind"], g["decodes_from"]): g["measured_s"] / g["priced_s"] for g in priced["groups"]
-               if g["priced_s"] > 0}
+               if g["priced_s"] > 0 and g["steps"] >= MIN_BUCKET_STEPS}
 
     def scaled(shape: StepShape) -> float:
         return seconds(shape) * factors.get(_bucket(shape.num_decodes, bool(shape.prefills)), overall)
