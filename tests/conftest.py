@@ -76,6 +76,8 @@ class ServerProcess:
     url: str
     log_path: Path
     banner: str
+    step_log: Path | None = None
+    """The file the server appends its engine's steps to (``--step-log``), where it was given one."""
 
     @property
     def v1(self) -> str:
@@ -134,7 +136,9 @@ def stop_server(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory):
-    srv = start_server(MAIN_SERVER_ARGS, tmp_path_factory.mktemp("server") / "serve.log")
+    folder = tmp_path_factory.mktemp("server")
+    srv = start_server((*MAIN_SERVER_ARGS, "--step-log", str(folder / "steps.jsonl")), folder / "serve.log")
+    srv.step_log = folder / "steps.jsonl"
     yield srv
     stop_server(srv.proc)
 

@@ -10,7 +10,7 @@ from tokenmill.bench.metrics import compute_metrics
 from tokenmill.bench.results import BenchResult, QueryRecord, Verdict
 from tokenmill.bench.settings import BenchSettings
 from tokenmill.cli import main
-from tokenmill.engine.step_log import STEPS_FILE, LoggedStep, load_steps, save_steps
+from tokenmill.engine.step_log import STEPS_FILE, LoggedStep, StepLogFile, load_steps, save_steps
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
@@ -246,3 +246,34 @@ def test_the_replay_runs_again_at_the_served_steps_prices(tmp_path, capsys):
     assert main([*args[:-1], path]) == 0
     assert (f"| engine busy | 0.6 s | {busy:,.1f} s | {busy / 0.6:.2f} | {repriced_busy:,.1f} s | "
             f"{repriced_busy / 0.6:.2f} |") in capsys.readouterr().out
+
+
+def test_a_servers_step_log_gives_the_steps_within_the_run(tmp_path, capsys):
+    """`--step-log FILE` of `tokenmill serve`: the steps that started within the run (its queries issued from
+    10 s to their last end at 13 s on a clock that starts at t0_unix), placed on the run's clock; the
+    others, another client's before or after, left out."""
+    path = _run(tmp_path, _records())
+    doc = json.loads(path.read_text())
+    doc["t0_unix"] = 5000.0
+    path.write_text(json.dumps(doc))
+    log = StepLogFile(tmp_path / "served.jsonl")
+    for start in (5001.0, 5010.0, 5011.5, 5013.0, 5020.0):
+        log.append(LoggedStep(2, 0, 0.01, start, 80))
+    log.close()
+    trace = load_trace(path, step_log=tmp_path / "served.jsonl")
+    assert [s.start for s in trace.steps] == [10.0, 11.5, 13.0]
+    args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16", "--replay", str(path)]
+    assert main([*args, "--step-log", str(tmp_path / "served.jsonl"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["served_steps"]["steps"] == 3
+    assert main([*args, "--step-log", str(tmp_path / "none.jsonl")]) == 2
+    assert "--step-log: no such file" in capsys.readouterr().err
+    assert main(args[:-2] + ["--step-log", str(tmp_path / "served.jsonl")]) == 2
+    assert "give the run with --replay" in capsys.readouterr().err
+    doc["t0_unix"] = 9000.0  # a server log of another time: nothing within the run
+    path.write_text(json.dumps(doc))
+    assert main([*args, "--step-log", str(tmp_path / "served.jsonl")]) == 2
+    assert "holds no step within the run" in capsys.readouterr().err
+    del doc["t0_unix"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="no t0_unix"):
+        load_trace(path, step_log=tmp_path / "served.jsonl")

@@ -102,7 +102,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             timeout_keep_alive_s=args.timeout_keep_alive,
                             cluster=cluster_options_from_args(args),
                             tool_config=ToolConfig(args.enable_auto_tool_choice, args.tool_call_parser),
-                            reasoning_parser=args.reasoning_parser)
+                            reasoning_parser=args.reasoning_parser, step_log=args.step_log)
     serve(config, options)
     return 0
 

@@ -1,8 +1,11 @@
 """One record per engine step (``AsyncEngine.step_log``), and the file a benchmark keeps them in.
 
 ``tokenmill bench`` on the in-process engine writes its run's steps to ``engine_steps.jsonl``
-beside results.json (bench/runner.py); ``tokenmill sim --replay`` prices each of them at its
-own shape (sim/served_steps.py), which separates the cost model's error from the scheduling
+beside results.json (bench/runner.py), each start on the run's query clock (``start_s``);
+``tokenmill serve --step-log FILE`` appends its engine's steps to FILE as they run, each start
+as Unix seconds (``start_unix``: a server outlives runs, and a run's results.json says where its
+clock starts, ``t0_unix``). ``tokenmill sim --replay`` prices each of a run's steps at its own
+shape (sim/served_steps.py), which separates the cost model's error from the scheduling
 simulation's. ``tokenmill sim calibrate`` times its shapes from the same records.
 
 A step's sequences fall in two parts, as the simulator's ``StepShape`` has them: those that
@@ -52,20 +55,40 @@ def logged_step(out: SchedulerOutput, seconds: float, start: float) -> LoggedSte
     return LoggedStep(decodes, sum(n for n, _ in chunks), seconds, start, context_sum, tuple(chunks))
 
 
+def _line(step: LoggedStep, start_key: str, start: float) -> str:
+    return json.dumps({start_key: round(start, 6), "seconds": round(step.seconds, 6), "decodes": step.decodes,
+                       "decode_context_sum": step.decode_context_sum,
+                       "chunks": [list(c) for c in step.chunks]}) + "\n"
+
+
 def save_steps(path: str | Path, steps: list[LoggedStep], t0_unix: float) -> Path:
     """One JSON object per line, each step's start moved to the run's query clock (t0 at ``t0_unix``)."""
     path = Path(path)
     with path.open("w") as f:
         for s in steps:
-            f.write(json.dumps({"start_s": round(s.start - t0_unix, 6), "seconds": round(s.seconds, 6),
-                                "decodes": s.decodes, "decode_context_sum": s.decode_context_sum,
-                                "chunks": [list(c) for c in s.chunks]}) + "\n")
+            f.write(_line(s, "start_s", s.start - t0_unix))
     return path
 
 
-def load_steps(path: str | Path) -> list[LoggedStep]:
-    """The steps of an ``engine_steps.jsonl`` file (starts on the run's query clock). ValueError
-    names the file and line."""
+class StepLogFile:
+    """A step log kept in a file as it grows (``tokenmill serve --step-log``; set it as an
+    AsyncEngine's ``step_log``): one JSON line per step, its start as Unix seconds, line-buffered
+    so that a server stopped hard keeps every step it finished. Appended by the engine thread only."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file = self.path.open("a", buffering=1)
+
+    def append(self, step: LoggedStep) -> None:
+        self._file.write(_line(step, "start_unix", step.start))
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def load_steps(path: str | Path, t0_unix: float = 0.0) -> list[LoggedStep]:
+    """The steps of a step file, each start on a run's query clock: a bench's ``start_s`` as it is, a
+    server's ``start_unix`` less ``t0_unix``. ValueError names the file and line."""
     steps = []
     for i, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
@@ -73,8 +96,9 @@ def load_steps(path: str | Path) -> list[LoggedStep]:
         try:
             d = json.loads(line)
             chunks = tuple((int(n), int(c)) for n, c in d["chunks"])
+            start = float(d["start_s"]) if "start_s" in d else float(d["start_unix"]) - t0_unix
             steps.append(LoggedStep(int(d["decodes"]), sum(n for n, _ in chunks), float(d["seconds"]),
-                                    float(d["start_s"]), int(d["decode_context_sum"]), chunks))
+                                    start, int(d["decode_context_sum"]), chunks))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"engine steps: {path} line {i} is not a step record ({exc})") from None
     return steps

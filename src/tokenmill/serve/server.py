@@ -15,6 +15,7 @@ import uvicorn
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.gc_heap import freeze_startup_heap, unfreeze_heap
+from tokenmill.engine.step_log import StepLogFile
 from tokenmill.serve.api import DEFAULT_MAX_BODY_BYTES, build_app
 from tokenmill.serve.tools import ToolConfig
 
@@ -42,6 +43,8 @@ class ServerOptions:
     """--enable-auto-tool-choice / --tool-call-parser."""
     reasoning_parser: str | None = None
     """--reasoning-parser."""
+    step_log: str | None = None
+    """--step-log: a file the in-process engine appends each step to (engine/step_log.py)."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -98,12 +101,17 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
     down)."""
     from tokenmill.engine.async_engine import AsyncEngine
 
+    clustered = options.cluster is not None and options.cluster.is_cluster
+    if options.step_log and clustered:
+        raise ValueError("--step-log: logs the in-process engine's steps; a cluster's workers do not log theirs")
+    step_log = StepLogFile(options.step_log) if options.step_log else None  # fail fast on a bad path too
     sock = bind_socket(options.host, options.port)  # fail fast, before loading weights
-    if options.cluster is not None and options.cluster.is_cluster:
+    if clustered:
         from tokenmill.cluster.launch import start_cluster
         engine = start_cluster(config, options.cluster)
     else:
         engine = AsyncEngine.from_config(config)
+        engine.step_log = step_log
     freeze_startup_heap()  # the loaded engine out of every full collection's walk (engine/gc_heap.py)
     try:
         app = build_app(engine, api_key=options.api_key, max_body_bytes=options.max_body_bytes,
@@ -118,3 +126,5 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
         engine.shutdown()
         unfreeze_heap()
         sock.close()
+        if step_log is not None:
+            step_log.close()

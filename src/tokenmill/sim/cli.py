@@ -48,6 +48,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
         without_cuda_graphs(hw, arch.num_layers, deployment.eager_layer_s)
     workload = _workload(args, model)
+    if args.step_log and not args.replay:
+        raise ValueError("--step-log: a server's steps during a measured run; give the run with --replay")
     if args.replay:
         return _replay(arch, hw, deployment, workload, args)
     check_jobs(args.jobs)
@@ -321,7 +323,7 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
         if given:
             raise ValueError(f"--replay and {flag}: pick one (--replay simulates one deployment on a measured run's "
                              "own arrivals)")
-    trace = load_trace(args.replay, prefix_caching=not args.no_enable_prefix_caching)
+    trace = load_trace(args.replay, prefix_caching=not args.no_enable_prefix_caching, step_log=args.step_log)
     replayed = replace(workload, scenario=trace.result.scenario, requests=trace.requests,
                        num_requests=len(trace.requests))
     figures = predict(arch, hw, deployment, replayed)

@@ -62,8 +62,10 @@ class Trace:
         return self.repeated_prompt_tokens / total if total else 0.0
 
 
-def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
-    """The successful queries of the bench run at ``path`` (results.json or its folder)."""
+def load_trace(path: str | Path, prefix_caching: bool = True, step_log: str | Path | None = None) -> Trace:
+    """The successful queries of the bench run at ``path`` (results.json or its folder); ``step_log``: a
+    server's step file (`tokenmill serve --step-log`), whose steps within the run take the place of any
+    the run kept."""
     result = load_result(path)
     done = sorted((q for q in result.queries if q.ok and q.first_token_s is not None), key=lambda q: q.issued_s)
     done = [q for q in done if q.generated_tokens >= 1 and q.prompt_tokens >= 1]
@@ -85,14 +87,33 @@ def load_trace(path: str | Path, prefix_caching: bool = True) -> Trace:
         else:
             shared = {}
         requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, 0, **shared))
-    steps = None
-    if result.engine_steps_file:
-        folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats,
+                 _run_steps(path, result, step_log, done), repeated_tokens)
+
+
+def _run_steps(path, result: BenchResult, step_log, done: list) -> list[LoggedStep] | None:
+    """The engine's steps during the run: a server's step file's that started between the first query's
+    issue and the last one's end (its Unix times read on the bench's clock: a server on another machine
+    needs the two clocks in step); else those the run kept; None where neither is."""
+    if step_log is not None:
+        if result.t0_unix is None:
+            raise ValueError(f"--step-log: {path} has no t0_unix to place the server's steps on its clock")
         try:
-            steps = load_steps(folder / result.engine_steps_file)
+            steps = load_steps(step_log, t0_unix=result.t0_unix)
         except FileNotFoundError:
-            raise ValueError(f"--replay: {path} names {result.engine_steps_file}, which is not in {folder}") from None
-    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats, steps, repeated_tokens)
+            raise ValueError(f"--step-log: no such file {step_log}") from None
+        first, last = done[0].issued_s, max(q.finished_s for q in done)
+        within = [s for s in steps if first <= s.start <= last]  # the server's clock is this machine's
+        if not within:
+            raise ValueError(f"--step-log: {step_log} holds no step within the run of {path}")
+        return within
+    if not result.engine_steps_file:
+        return None
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    try:
+        return load_steps(folder / result.engine_steps_file)
+    except FileNotFoundError:
+        raise ValueError(f"--replay: {path} names {result.engine_steps_file}, which is not in {folder}") from None
 
 
 def measured_figures(trace: Trace) -> dict:
