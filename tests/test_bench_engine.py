@@ -137,8 +137,9 @@ def test_the_run_keeps_the_engines_steps(engine, target, workload, tmp_path):
     query, its prompt (a chunk, or one position where all but its last token was cached), then one
     decode per further token over a KV length one longer each time."""
     settings = BenchSettings(scenario="offline", max_concurrency=1, min_query_count=NUM_SAMPLES)
-    result = run_benchmark(target, workload, settings, tmp_path, progress=False, plots=False)
+    result = run_benchmark(target, workload, settings, tmp_path, progress=False, plots=True)
     assert result.engine_steps_file == STEPS_FILE and load_result(tmp_path).engine_steps_file == STEPS_FILE
+    assert (tmp_path / "engine_steps.png").read_bytes().startswith(b"\x89PNG")
     steps = load_steps(tmp_path / STEPS_FILE)
     assert engine.step_log is None  # the run's own log, stopped with it
     (prompt,) = {len(s.prompt_token_ids) for s in workload.samples}  # the facts' prompts are equally long

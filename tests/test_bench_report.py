@@ -13,10 +13,11 @@ import pytest
 
 from tokenmill.bench.compare import format_comparison, load_results
 from tokenmill.bench.metrics import compute_metrics
-from tokenmill.bench.plots import plot_comparison, plot_latency_distributions, plot_sweep
+from tokenmill.bench.plots import plot_comparison, plot_engine_steps, plot_latency_distributions, plot_sweep
 from tokenmill.bench.report import format_result, format_sweep
 from tokenmill.bench.results import BenchResult, QueryRecord, Verdict, load_result
 from tokenmill.bench.settings import BenchSettings
+from tokenmill.engine.step_log import LoggedStep
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 WORKLOAD = {
@@ -269,6 +270,9 @@ def test_plots_write_png_files(tmp_path):
     sweep[2] = dataclasses.replace(sweep[2], verdict=Verdict("INVALID"))
     _assert_png(plot_sweep(sweep, tmp_path / "nested" / "sweep.png"))
     _assert_png(plot_comparison([result, _with(_result("other"), tpot_ms=None)], tmp_path / "compare.png"))
+    steps = [LoggedStep(d, 64 if d % 5 == 0 else 0, 0.01 + 0.002 * d, 0.05 * i, 150 * d,
+                        ((64, 0),) if d % 5 == 0 else ()) for i, d in enumerate([1, 2, 4, 5, 8, 10, 8, 3])]
+    _assert_png(plot_engine_steps(steps, tmp_path / "engine_steps.png"))
 
 
 def test_plots_skip_when_there_is_nothing_to_plot(tmp_path, caplog):
@@ -285,8 +289,9 @@ def test_plots_skip_when_there_is_nothing_to_plot(tmp_path, caplog):
     assert plot_sweep([no_ttft], tmp_path / "e.png") is None
     assert plot_comparison([], tmp_path / "f.png") is None
     assert plot_comparison([empty, empty], tmp_path / "g.png") is None
+    assert plot_engine_steps([], tmp_path / "h.png") is None
     assert list(tmp_path.iterdir()) == []
-    assert caplog.text.count("plot skipped") == 7
+    assert caplog.text.count("plot skipped") == 8
 
 
 def test_plots_module_imports_without_matplotlib():

@@ -1,5 +1,6 @@
-"""PNG plots of benchmark runs: one run's TTFT/TPOT distributions, a sweep's
-throughput-latency curve, and a comparison across targets.
+"""PNG plots of benchmark runs: one run's TTFT/TPOT distributions and its
+in-process engine's steps, a sweep's throughput-latency curve, and a
+comparison across targets.
 
 matplotlib is imported inside each function (importing this module stays
 cheap), and figures are drawn on the Agg canvas directly, never through
@@ -212,3 +213,32 @@ def _bars(ax, labels: list[str], values: list[float | None], valid: list[bool]) 
     ax.set_xticks(list(xs), labels, rotation=20, ha="right")
     top = max(heights)
     ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)  # room for the value labels
+
+
+# ---- one run: the in-process engine's steps ------------------------------------------------------
+
+
+def plot_engine_steps(steps: list, path: str | Path) -> Path | None:
+    """Two panels of a run's engine steps (engine/step_log.py ``LoggedStep``s, starts on the run's
+    clock): each step's milliseconds against its decodes, decode-only steps apart from those that
+    computed prompt tokens (what a step costs at each batch); and the same milliseconds over the run,
+    coloured by decodes (where the batch grew, and any stall)."""
+    if not steps:
+        return _skip("engine steps", "the run logged no step")
+    fig, (by_batch, over_run) = _figure(2)
+    ms = [s.seconds * 1e3 for s in steps]
+    for prompt, marker, label in ((False, "o", "decode-only"), (True, "^", "with prompt tokens")):
+        pick = [i for i, s in enumerate(steps) if bool(s.chunks) == prompt]
+        if pick:
+            by_batch.scatter([steps[i].decodes for i in pick], [ms[i] for i in pick], s=8, marker=marker,
+                             alpha=0.5, label=f"{label} ({len(pick):,})")
+    by_batch.set_xlabel("decoding sequences in the step")
+    by_batch.set_ylabel("step (ms)")
+    by_batch.set_title("step time by batch")
+    by_batch.legend(loc="upper left")
+    dots = over_run.scatter([s.start for s in steps], ms, c=[s.decodes for s in steps], s=6, cmap="viridis")
+    fig.colorbar(dots, ax=over_run, label="decoding sequences")
+    over_run.set_xlabel("time in the run (s)")
+    over_run.set_ylabel("step (ms)")
+    over_run.set_title(f"{len(steps):,} steps, {sum(ms) / 1e3:,.1f} s busy")
+    return _save(fig, path)

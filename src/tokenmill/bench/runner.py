@@ -102,8 +102,10 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
         result.engine_steps_file = save_steps(run_dir / STEPS_FILE, logged, run.t0_unix).name
     result.save(run_dir)
     if plots and settings.mode == "performance":
-        from tokenmill.bench.plots import plot_latency_distributions
+        from tokenmill.bench.plots import plot_engine_steps, plot_latency_distributions
         plot_latency_distributions(result, run_dir / "latency.png")
+        if logged:  # each start on the queries' clock, as engine_steps.jsonl has it
+            plot_engine_steps([s._replace(start=s.start - run.t0_unix) for s in logged], run_dir / "engine_steps.png")
     return result
 
 
