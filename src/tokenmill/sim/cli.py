@@ -328,7 +328,7 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
                        num_requests=len(trace.requests))
     figures = predict(arch, hw, deployment, replayed)
     steps = repriced = None
-    if trace.steps:  # the bench kept the engine's steps: price each, and replay again at their prices
+    if trace.steps:  # the engine's steps were kept: price each, and replay again at their prices
         steps = price_steps(trace.steps, replica_step_seconds(arch, hw, deployment))
         if deployment.pipeline_parallel == 1:
             repriced = predict(arch, hw, deployment, replayed, reprice=lambda price: at_served_prices(price, steps))

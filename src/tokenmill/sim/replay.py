@@ -49,9 +49,9 @@ class Trace:
     repeats: int
     """Queries whose sample had been issued before in the run (replayed as prefix hits when caching is on)."""
     steps: list[LoggedStep] | None = None
-    """The engine's own steps during the run, where the bench kept them (the in-process engine's
-    engine_steps.jsonl; sim/served_steps.py prices them); None for an HTTP target's run."""
-
+    """The engine's own steps during the run (sim/served_steps.py prices them): those the bench kept
+    (the in-process engine's engine_steps.jsonl), or a server's step file's within the run; None where
+    neither was given."""
     repeated_prompt_tokens: int = 0
     """Prompt tokens of the queries whose sample was issued before: what their hits could reach at most."""
 

@@ -1,5 +1,6 @@
 """A served run's own engine steps, each priced at its shape (``tokenmill sim --replay`` of a run
-that kept its steps: ``tokenmill bench`` on the in-process engine, engine_steps.jsonl).
+whose steps were kept: ``tokenmill bench`` on the in-process engine, engine_steps.jsonl, or
+``tokenmill serve --step-log FILE`` given as ``--step-log FILE``), and the replay again at their prices.
 
 A replay's busy time and latencies mix two errors: what the cost model charges for a step, and
 which steps the scheduling simulation forms (their batches, their prompt chunks). Pricing the
