@@ -24,14 +24,21 @@ PREFIX = list(range(100, 164))  # 4 full blocks shared by the routing test's req
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def step_log(tmp_path_factory):
+    """Where the workers append their steps: this path plus .worker-0 and .worker-1."""
+    return tmp_path_factory.mktemp("cluster") / "steps.jsonl"
+
+
+@pytest.fixture(scope="module")
+def cluster(step_log):
     from tokenmill.cluster.client import ClusterEngine
     from tokenmill.cluster.launch import launch_workers, start_ray
     from tokenmill.cluster.router import Router, RouterConfig
 
     started = start_ray(None, num_cpus=4)
-    engine = ClusterEngine(launch_workers(CONFIG, 2, num_cpus=1, num_gpus=0, scheduling_strategy=None),
-                           Router(RouterConfig(policy="kv", block_size=CONFIG.block_size)), started_ray=started)
+    workers = launch_workers(CONFIG, 2, num_cpus=1, num_gpus=0, scheduling_strategy=None, step_log=str(step_log))
+    engine = ClusterEngine(workers, Router(RouterConfig(policy="kv", block_size=CONFIG.block_size)),
+                           started_ray=started)
     yield engine
     engine.shutdown()
 
@@ -61,6 +68,23 @@ def test_two_workers_answer_like_one_engine(cluster):
     assert sum(total.engine_steps.values()) >= 12 and total.engine_step_seconds["decode"] > 0
     assert 0 < total.engine_step_cpu_seconds["decode"] <= total.engine_step_seconds["decode"] * 1.01 + 1e-3
     assert all(sum(h.stats.engine_steps.values()) >= 1 for w, h in cluster.workers.items() if used[w])
+
+
+def test_each_worker_logs_the_steps_it_counts(cluster, step_log):
+    """The workers' step logs (`tokenmill serve --step-log` on a cluster): each worker's file holds a line
+    for every step its counters count, written before the step's outputs went out."""
+    from tokenmill.engine.step_log import load_steps
+
+    params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+
+    async def run():
+        return await asyncio.gather(*(collect(cluster, [40 + i, 41, 42, 43 + i], params) for i in range(4)))
+
+    asyncio.run(run())
+    for name, handle in cluster.workers.items():
+        logged = load_steps(f"{step_log}.{name}")
+        assert len(logged) == (sum(handle.stats.engine_steps.values()) if handle.stats else 0)
+        assert sum(s.decodes + s.chunk_tokens for s in logged) > 0
 
 
 def test_kv_router_sends_a_shared_prefix_to_the_worker_that_holds_it(cluster):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
 import httpx
+import pytest
 
-from tokenmill.cli import main
 from tokenmill.engine.step_log import LoggedStep, StepLogFile, load_steps
 
 MAX_TOKENS = 5
@@ -46,7 +47,11 @@ def test_the_file_is_written_as_steps_run_and_read_on_a_runs_clock(tmp_path):
     assert len(load_steps(tmp_path / "steps.jsonl")) == 3
 
 
-def test_a_cluster_is_refused_before_anything_loads(tmp_path, capsys):
-    assert main(["serve", "--step-log", str(tmp_path / "steps.jsonl"), "--workers", "2", "--port", "0"]) == 2
-    assert "--step-log: logs the in-process engine's steps" in capsys.readouterr().err
-    assert not (tmp_path / "steps.jsonl").exists()
+def test_a_failed_write_stops_the_log_not_the_engine(caplog):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full, a device whose every write fails as a full disk's")
+    log = StepLogFile("/dev/full")
+    log.append(LoggedStep(1, 0, 0.01, 1.0, 9))  # a warning, no exception
+    log.append(LoggedStep(1, 0, 0.01, 2.0, 10))  # stopped: not tried again
+    log.close()
+    assert caplog.text.count("step log /dev/full stopped") == 1

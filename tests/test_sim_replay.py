@@ -262,6 +262,11 @@ def test_a_servers_step_log_gives_the_steps_within_the_run(tmp_path, capsys):
     log.close()
     trace = load_trace(path, step_log=tmp_path / "served.jsonl")
     assert [s.start for s in trace.steps] == [10.0, 11.5, 13.0]
+    other = StepLogFile(tmp_path / "served.jsonl.worker-1")  # a cluster: every worker's file, merged in time
+    other.append(LoggedStep(1, 0, 0.01, 5012.0, 40))
+    other.close()
+    both = load_trace(path, step_log=[tmp_path / "served.jsonl", tmp_path / "served.jsonl.worker-1"])
+    assert [s.start for s in both.steps] == [10.0, 11.5, 12.0, 13.0]
     args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16", "--replay", str(path)]
     assert main([*args, "--step-log", str(tmp_path / "served.jsonl"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["served_steps"]["steps"] == 3
@@ -272,7 +277,7 @@ def test_a_servers_step_log_gives_the_steps_within_the_run(tmp_path, capsys):
     doc["t0_unix"] = 9000.0  # a server log of another time: nothing within the run
     path.write_text(json.dumps(doc))
     assert main([*args, "--step-log", str(tmp_path / "served.jsonl")]) == 2
-    assert "holds no step within the run" in capsys.readouterr().err
+    assert "hold no step within the run" in capsys.readouterr().err
     del doc["t0_unix"]
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="no t0_unix"):

@@ -160,8 +160,9 @@ def add_server_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--step-log", default=None, metavar="FILE",
                    help="append every engine step to FILE as it runs, one JSON line each (its start in Unix "
                         "seconds, seconds, decodes and their KV lengths summed, prompt chunks); `tokenmill sim "
-                        "--replay RESULTS --step-log FILE` prices a bench run's steps from it. The in-process "
-                        "engine only, not a cluster's workers (--workers > 1, --prefill-workers; default: no log)")
+                        "--replay RESULTS --step-log FILE` prices a bench run's steps from it. A cluster's "
+                        "workers each write FILE.<worker name> (FILE.worker-0, ...) on their own nodes "
+                        "(default: no log)")
     t = parser.add_argument_group("chat output (tools, reasoning)")
     t.add_argument("--enable-auto-tool-choice", action="store_true",
                    help='serve tool_choice "auto": the model decides whether to call the request\'s tools and '

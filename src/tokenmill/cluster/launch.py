@@ -86,9 +86,10 @@ class ClusterOptions:
         return len(self.roles) > 1
 
 
-def start_cluster(config: EngineConfig, options: ClusterOptions):
+def start_cluster(config: EngineConfig, options: ClusterOptions, step_log: str | None = None):
     """Ray (started or joined), the workers ``options.roles`` names and a router -> a
-    ClusterEngine (an EngineClient the server uses like the in-process engine)."""
+    ClusterEngine (an EngineClient the server uses like the in-process engine). ``step_log``:
+    each worker appends its steps to this path plus ``.`` and its name (``launch_workers``)."""
     from tokenmill.cluster.client import ClusterEngine
     from tokenmill.cluster.router import Router, RouterConfig
 
@@ -98,7 +99,8 @@ def start_cluster(config: EngineConfig, options: ClusterOptions):
     started = start_ray(options.ray_address)
     try:
         actors = launch_workers(config, len(options.roles), options.worker_num_cpus, options.worker_num_gpus,
-                                roles=options.roles, nice_by_role={"prefill": options.prefill_worker_nice})
+                                roles=options.roles, nice_by_role={"prefill": options.prefill_worker_nice},
+                                step_log=step_log)
         return ClusterEngine(actors, router, config.tokenizer, config.max_waiting_requests, started_ray=started,
                              migration_limit=options.migration_limit, disagg=options.disagg)
     except BaseException:
@@ -132,13 +134,16 @@ def start_ray(address: str | None, num_cpus: int | None = None) -> bool:
 
 def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_gpus: float,
                    max_restarts: int = -1, scheduling_strategy: str | None = "SPREAD",
-                   roles: list[str] | None = None, nice_by_role: dict[str, int] | None = None) -> list:
+                   roles: list[str] | None = None, nice_by_role: dict[str, int] | None = None,
+                   step_log: str | None = None) -> list:
     """Create ``num_workers`` EngineWorker actors; each loads the model itself.
     Threads per worker default to the CPUs it was given (at least 1).
     ``scheduling_strategy`` 'SPREAD' puts workers on different nodes when it can.
     ``roles``: one per worker (default: all aggregated); prefill and decode
     workers are named prefill-i and decode-i, aggregated ones worker-i.
-    ``nice_by_role``: role -> the nice value its workers run at (default 0)."""
+    ``nice_by_role``: role -> the nice value its workers run at (default 0).
+    ``step_log``: each worker appends its steps to ``{step_log}.{name}`` on its node (e.g.
+    steps.jsonl.worker-0; engine/step_log.py), None for no log."""
     import ray
 
     from tokenmill.cluster.worker import EngineWorker
@@ -157,5 +162,6 @@ def launch_workers(config: EngineConfig, num_workers: int, num_cpus: float, num_
     names = [f"worker-{i}" if role == "aggregated" else f"{role}-{roles[:i].count(role)}"
              for i, role in enumerate(roles)]
     nice_by_role = nice_by_role or {}
-    return [actor_class.options(**options).remote(name, config_json, role, nice=nice_by_role.get(role, 0))
+    return [actor_class.options(**options).remote(name, config_json, role, nice=nice_by_role.get(role, 0),
+                                                  step_log=f"{step_log}.{name}" if step_log else None)
             for name, role in zip(names, roles)]

@@ -35,6 +35,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 
 import msgspec
 
@@ -52,6 +53,7 @@ from tokenmill.engine.core_messages import (
 )
 from tokenmill.engine.gc_heap import freeze_startup_heap
 from tokenmill.engine.kv_transfer import KVLayout
+from tokenmill.engine.step_log import StepLogFile, logged_step
 from tokenmill.engine.step_thread import start_step_thread
 
 log = logging.getLogger(__name__)
@@ -84,11 +86,13 @@ class WorkerInfo(msgspec.Struct, frozen=True):
 
 class EngineWorker:
     def __init__(self, worker_id: str, config_json: bytes, role: str = "aggregated",
-                 kv_transport: str = "ray-object-store", nice: int = 0):
+                 kv_transport: str = "ray-object-store", nice: int = 0, step_log: str | None = None):
         """config_json: an EngineConfig as msgspec JSON (plain data, no pickle);
         role: one of ROLES; kv_transport: a cluster.kv_transport name; nice: the
         nice value to run at (0..19), set before the step thread starts so that
-        it and its OpenMP threads inherit it."""
+        it and its OpenMP threads inherit it; step_log: a file on this worker's
+        node to append each step to (engine/step_log.py; `tokenmill serve
+        --step-log`), None for none."""
         config = msgspec.json.decode(config_json, type=EngineConfig)
         if role not in ROLES:
             raise ValueError(f"role: must be one of {', '.join(ROLES)}, got {role!r}")
@@ -102,6 +106,7 @@ class EngineWorker:
         self._outbox: list[bytes] = []  # encoded EngineCoreOutputs, oldest first
         self._out_lock = threading.Lock()
         self._wakeup: asyncio.Event | None = None  # set from the loop thread when the outbox fills
+        self._step_log = StepLogFile(step_log) if step_log else None
         self._loop: asyncio.AbstractEventLoop | None = None
 
         def build() -> None:  # on the step thread: engine/step_thread.py says why
@@ -180,6 +185,8 @@ class EngineWorker:
             self._stopped = True
             self._cv.notify()
         self._thread.join(timeout=10)
+        if self._step_log is not None and not self._thread.is_alive():
+            self._step_log.close()
 
     def pid(self) -> int:
         return os.getpid()
@@ -201,20 +208,32 @@ class EngineWorker:
                 if self._stopped:
                     return
                 inbox, self._inbox = self._inbox, []
+            start = time.perf_counter()  # a step's time runs from taking the inbox, as AsyncEngine's log has it
             if core.kv.held:
                 core.kv.expire_holds()
             refused = [self._apply(kind, data) for kind, data in inbox]
             refused = [out for out in refused if out is not None]
+            stepped = False
             try:
                 outputs = core.step() if core.has_unfinished_requests() else None
+                stepped = outputs is not None
             except Exception:  # a model failure: end every request with an error, keep serving
                 log.exception("worker %s: engine step failed", self.worker_id)
                 outputs = self._fail_all()
+            if stepped:
+                self._log_step(start)
             if outputs is None:  # messages changed the load (a finish, a refusal): say so
                 outputs = EngineCoreOutputs([], core.stats())
             if outputs is not None:
                 outputs.outputs[:0] = refused
                 self._publish(encode(outputs))
+
+    def _log_step(self, start: float) -> None:
+        """The step just run, to the step log (a cycle that scheduled nothing ran no step)."""
+        scheduled = self.core.last_schedule
+        if self._step_log is not None and scheduled:
+            seconds = time.perf_counter() - start
+            self._step_log.append(logged_step(scheduled, seconds, time.time() - seconds))
 
     def _apply(self, kind: str, data) -> EngineCoreOutput | None:
         """Apply one message; a request the core refuses comes back as an error output."""

@@ -17,12 +17,15 @@ chunks, a decode with drafts), each kept as (positions, KV length before the ste
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import NamedTuple
 
 from tokenmill.engine.scheduler import SchedulerOutput
 
 STEPS_FILE = "engine_steps.jsonl"
+
+log = logging.getLogger(__name__)
 
 
 class LoggedStep(NamedTuple):
@@ -71,19 +74,29 @@ def save_steps(path: str | Path, steps: list[LoggedStep], t0_unix: float) -> Pat
 
 
 class StepLogFile:
-    """A step log kept in a file as it grows (``tokenmill serve --step-log``; set it as an
-    AsyncEngine's ``step_log``): one JSON line per step, its start as Unix seconds, line-buffered
-    so that a server stopped hard keeps every step it finished. Appended by the engine thread only."""
+    """A step log kept in a file as it grows (``tokenmill serve --step-log``; an AsyncEngine's
+    ``step_log``, a cluster worker's): one JSON line per step, its start as Unix seconds,
+    line-buffered so that a server stopped hard keeps every step it finished. Appended by the
+    engine thread only; a write that fails (a full disk) stops the log with a warning, never the
+    engine."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._file = self.path.open("a", buffering=1)
 
     def append(self, step: LoggedStep) -> None:
-        self._file.write(_line(step, "start_unix", step.start))
+        if self._file is None:
+            return
+        try:
+            self._file.write(_line(step, "start_unix", step.start))
+        except (OSError, ValueError) as exc:  # ValueError: written after close
+            log.warning("step log %s stopped: %s", self.path, exc)
+            self._file = None
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def load_steps(path: str | Path, t0_unix: float = 0.0) -> list[LoggedStep]:

@@ -44,7 +44,8 @@ class ServerOptions:
     reasoning_parser: str | None = None
     """--reasoning-parser."""
     step_log: str | None = None
-    """--step-log: a file the in-process engine appends each step to (engine/step_log.py)."""
+    """--step-log: a file the in-process engine appends each step to (engine/step_log.py); a
+    cluster's workers each append to it plus ``.`` and the worker's name."""
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -102,13 +103,13 @@ def serve(config: EngineConfig, options: ServerOptions) -> None:
     from tokenmill.engine.async_engine import AsyncEngine
 
     clustered = options.cluster is not None and options.cluster.is_cluster
-    if options.step_log and clustered:
-        raise ValueError("--step-log: logs the in-process engine's steps; a cluster's workers do not log theirs")
-    step_log = StepLogFile(options.step_log) if options.step_log else None  # fail fast on a bad path too
+    # The in-process engine's log opens here, failing fast on a bad path; a cluster's workers open
+    # theirs (FILE.worker-0, ...) on their own nodes.
+    step_log = StepLogFile(options.step_log) if options.step_log and not clustered else None
     sock = bind_socket(options.host, options.port)  # fail fast, before loading weights
     if clustered:
         from tokenmill.cluster.launch import start_cluster
-        engine = start_cluster(config, options.cluster)
+        engine = start_cluster(config, options.cluster, step_log=options.step_log)
     else:
         engine = AsyncEngine.from_config(config)
         engine.step_log = step_log

@@ -269,11 +269,11 @@ def _add_workload_args(w) -> None:
                         "simulated: tokens/s, TTFT, TPOT, and the prefix-cache hit rate and the engine's steps and "
                         "busy seconds where the run read the server's counters (replaces --scenario, --isl, --osl, "
                         "--num-requests, --target-qps)")
-    w.add_argument("--step-log", default=None, metavar="FILE",
-                   help="with --replay of a run against `tokenmill serve --step-log FILE`: the server's steps, "
-                        "those within the run priced at their shapes and the run replayed again at their prices "
-                        "(a bench run of the in-process engine keeps its own, engine_steps.jsonl; this takes "
-                        "their place)")
+    w.add_argument("--step-log", default=None, nargs="+", metavar="FILE",
+                   help="with --replay of a run against `tokenmill serve --step-log FILE`: the server's steps "
+                        "(a cluster's: every worker's file, FILE.worker-0 ...), those within the run priced at "
+                        "their shapes and the run replayed again at their prices (a bench run of the in-process "
+                        "engine keeps its own, engine_steps.jsonl; these take their place)")
     w.add_argument("--no-enable-prefix-caching", action="store_true",
                    help="with --replay: the server ran without prefix caching (default: a query whose sample was "
                         "issued before in the run hits what the simulated cache still holds of its prompt)")

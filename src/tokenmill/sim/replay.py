@@ -62,10 +62,10 @@ class Trace:
         return self.repeated_prompt_tokens / total if total else 0.0
 
 
-def load_trace(path: str | Path, prefix_caching: bool = True, step_log: str | Path | None = None) -> Trace:
+def load_trace(path: str | Path, prefix_caching: bool = True, step_log: list | str | Path | None = None) -> Trace:
     """The successful queries of the bench run at ``path`` (results.json or its folder); ``step_log``: a
-    server's step file (`tokenmill serve --step-log`), whose steps within the run take the place of any
-    the run kept."""
+    server's step file (`tokenmill serve --step-log`), or a cluster's workers' files, whose steps within
+    the run take the place of any the run kept."""
     result = load_result(path)
     done = sorted((q for q in result.queries if q.ok and q.first_token_s is not None), key=lambda q: q.issued_s)
     done = [q for q in done if q.generated_tokens >= 1 and q.prompt_tokens >= 1]
@@ -98,14 +98,17 @@ def _run_steps(path, result: BenchResult, step_log, done: list) -> list[LoggedSt
     if step_log is not None:
         if result.t0_unix is None:
             raise ValueError(f"--step-log: {path} has no t0_unix to place the server's steps on its clock")
-        try:
-            steps = load_steps(step_log, t0_unix=result.t0_unix)
-        except FileNotFoundError:
-            raise ValueError(f"--step-log: no such file {step_log}") from None
+        files = [step_log] if isinstance(step_log, (str, Path)) else list(step_log)
+        steps = []
+        for file in files:
+            try:
+                steps += load_steps(file, t0_unix=result.t0_unix)
+            except FileNotFoundError:
+                raise ValueError(f"--step-log: no such file {file}") from None
         first, last = done[0].issued_s, max(q.finished_s for q in done)
-        within = [s for s in steps if first <= s.start <= last]  # the server's clock is this machine's
+        within = sorted((s for s in steps if first <= s.start <= last), key=lambda s: s.start)
         if not within:
-            raise ValueError(f"--step-log: {step_log} holds no step within the run of {path}")
+            raise ValueError(f"--step-log: {', '.join(map(str, files))} hold no step within the run of {path}")
         return within
     if not result.engine_steps_file:
         return None
