@@ -41,6 +41,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     _add_disagg_args(deployment)
     workload = parser.add_argument_group("workload and scheduler")
     _add_workload_args(workload)
+    _add_replay_args(workload)
     _add_draw_args(workload)
     _add_scheduling_args(workload)
     _add_calibrate_args(parser.add_argument_group("calibrate"))
@@ -263,6 +264,16 @@ def _add_workload_args(w) -> None:
     w.add_argument("--target-qps", type=float, default=None,
                    help="server/interactive: simulate this offered QPS (the whole deployment's) instead of "
                         "searching the peak that meets the p99 limits")
+    w.add_argument("--max-num-seqs", type=int, default=256)
+    w.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                   help="rows one engine computes per step (prefill chunks + decodes); under --attention-dp, each "
+                        "dp rank's (as vLLM's and TensorRT-LLM's max_num_tokens)")
+    w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
+    w.add_argument("--json", action="store_true", help="print one JSON object")
+    w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
+
+
+def _add_replay_args(w) -> None:
     w.add_argument("--replay", default=None, metavar="RESULTS",
                    help="simulate the queries of a measured `tokenmill bench` run (its results.json or run folder): "
                         "each arrives when LoadGen issued it, with its prompt and output tokens; prints measured vs "
@@ -277,13 +288,6 @@ def _add_workload_args(w) -> None:
     w.add_argument("--no-enable-prefix-caching", action="store_true",
                    help="with --replay: the server ran without prefix caching (default: a query whose sample was "
                         "issued before in the run hits what the simulated cache still holds of its prompt)")
-    w.add_argument("--max-num-seqs", type=int, default=256)
-    w.add_argument("--max-num-batched-tokens", type=int, default=8192,
-                   help="rows one engine computes per step (prefill chunks + decodes); under --attention-dp, each "
-                        "dp rank's (as vLLM's and TensorRT-LLM's max_num_tokens)")
-    w.add_argument("--price-per-gpu-hour", type=float, default=None, help="USD (default: the hardware profile's)")
-    w.add_argument("--json", action="store_true", help="print one JSON object")
-    w.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error", "trace"))
 
 
 def _add_draw_args(w) -> None:

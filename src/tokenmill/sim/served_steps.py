@@ -31,10 +31,6 @@ def logged_shape(step: LoggedStep) -> StepShape:
     return StepShape(decode_contexts=contexts, prefills=tuple(PrefillChunk(t, c) for t, c in step.chunks))
 
 
-def _group(step: LoggedStep) -> tuple[str, int]:
-    return _bucket(step.decodes, bool(step.chunks))
-
-
 def _bucket(decodes: int, prompt: bool) -> tuple[str, int]:
     """(kind, the decodes' power-of-two bucket's low end): 0, 1, 2-3, 4-7, ..."""
     return "with a prompt" if prompt else "decode-only", 0 if decodes == 0 else 1 << (decodes.bit_length() - 1)
@@ -68,7 +64,7 @@ def price_steps(steps: list[LoggedStep], seconds: Callable[[StepShape], float]) 
     priced = [float(seconds(logged_shape(s))) for s in steps]
     groups: dict[tuple[str, int], list[int]] = {}
     for i, s in enumerate(steps):
-        groups.setdefault(_group(s), []).append(i)
+        groups.setdefault(_bucket(s.decodes, bool(s.chunks)), []).append(i)
 
     def figures(idx: list[int]) -> dict:
         measured, cost = sum(steps[i].seconds for i in idx), sum(priced[i] for i in idx)
