@@ -81,6 +81,10 @@ def test_the_rule_follows_its_flags():
     assert decide(rule, 300, 0, 16, [2, 3]) == "local_queue"
     assert decide(rule, 300, 0, 16, [2, 1]) == "remote"
     assert decide(rule, 300, 0, 16, []) == "local_no_prefill_worker"
+    send_all = DisaggConfig(min_prefill_tokens=0)
+    assert decide(send_all, 5, 0, 16, [0]) == "remote"
+    assert decide(send_all, 129, 8, 16, [0]) == "remote"  # one token not held: its partial block travels
+    assert decide(send_all, 128, 8, 16, [0]) == "local_short"  # held whole: nothing to compute elsewhere
     with pytest.raises(ValueError, match="disagg_max_prefill_queue"):
         DisaggConfig(max_prefill_queue=0)
 
@@ -116,6 +120,28 @@ def test_only_the_blocks_the_decode_worker_lacks_are_sent(cluster, reference):
     assert wait_idle(cluster)
     assert m.transfers == transfers + 1  # 35 uncached tokens >= 32: still remote
     assert m.blocks_skipped - skipped == 4 and m.transfer_blocks - sent == 3
+
+
+def test_a_prompt_its_decode_worker_holds_whole_is_sent_as_no_blocks(cluster, reference, monkeypatch):
+    """A repeated prompt of whole blocks handed off to the decode worker that caches all of it (the
+    rule keeps such a prompt local now; a decision made before the first copy landed still sends it):
+    no block travels and the answer is the engine's (a live bug: the empty payload failed the request
+    mid-stream, 83 of 240 queries of a `--disagg-min-prefill-tokens 0` run)."""
+    import tokenmill.cluster.handoff as handoff
+
+    prompt = list(range(330, 330 + 4 * BS))
+    greedy = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    want = reference([prompt], [greedy])[0]
+    m = cluster.disagg_metrics
+    (tokens, _), = run_all(cluster, [prompt], [greedy], "whole")  # remote: its 4 blocks land on a decode worker
+    assert tokens == want and wait_idle(cluster)
+    assert decide(DisaggConfig(min_prefill_tokens=0), len(prompt), 4, BS, [0]) == "local_short"
+    monkeypatch.setattr(handoff, "decide", lambda *args: "remote")  # as if decided before the blocks landed
+    transfers, sent, skipped = m.transfers, m.transfer_blocks, m.blocks_skipped
+    (tokens, final), = run_all(cluster, [prompt], [greedy], "whole-again")
+    assert tokens == want and final.finish_reason == "length"
+    assert wait_idle(cluster)
+    assert (m.transfers - transfers, m.transfer_blocks - sent, m.blocks_skipped - skipped) == (1, 0, 4)
 
 
 def test_a_short_uncached_part_stays_on_the_decode_worker(cluster, reference):

@@ -101,6 +101,25 @@ def test_only_the_blocks_the_decode_side_lacks_are_sent_and_they_join_its_cache(
     assert decode.stats().prompt_tokens == len(shared) + 1  # the warm-up's prompt only: nothing recomputed
 
 
+def test_a_prompt_the_decode_side_holds_whole_travels_as_no_blocks():
+    """A prompt of whole blocks that the decode side caches entirely (a repeated prompt): the payload
+    holds no block, and the decode side adopts its own cached blocks and continues from the first
+    token, recomputing nothing (a live bug: an empty payload failed the request)."""
+    prefill, decode = EngineCore(CONFIG), EngineCore(CONFIG)
+    params = PARAMS[0]
+    prompt = PROMPT[:3 * BS]  # whole blocks only: nothing partial to send
+    want = LLMEngine(CONFIG).generate([prompt], [params])[0].token_ids
+    assert prefill_then_decode(prefill, decode, "first", prompt, params)[:2] == (want, "length")
+    hashes = hash_full_blocks(prompt, BS)
+    assert all(decode.pool.lookup(h) is not None for h in hashes)  # the first import cached all three
+    computed = decode.stats().prompt_tokens
+    tokens, reason, sent = prefill_then_decode(prefill, decode, "again", prompt, params, first_block=len(hashes))
+    assert (tokens, reason, sent) == (want, "length", 0)
+    assert decode.stats().prompt_tokens == computed and decode.stats().kv_imports_recomputed == 0
+    assert prefill.pool.num_used_blocks == 0 and decode.pool.num_used_blocks == 0
+    decode.pool.check_invariants()
+
+
 def test_engines_without_prefix_caching_transfer_too():
     plain = EngineConfig(**{**CONFIG.__dict__, "enable_prefix_caching": False})
     prefill, decode = EngineCore(plain), EngineCore(plain)

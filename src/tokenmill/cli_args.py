@@ -202,7 +202,7 @@ def add_cluster_args(parser: argparse.ArgumentParser) -> None:
                    help="workers that receive the prompts' KV blocks and decode (with --prefill-workers)")
     d.add_argument("--disagg-min-prefill-tokens", type=int, default=256,
                    help="prompts whose part not cached on their decode worker is shorter than this are computed "
-                        "there, not sent to a prefill worker (default 256)")
+                        "there, not sent to a prefill worker (default 256); one it caches whole stays there even at 0")
     d.add_argument("--disagg-max-prefill-queue", type=int, default=4,
                    help="when every prefill worker has this many prefills in flight, new prompts are computed on "
                         "their decode worker (default 4)")

@@ -8,6 +8,8 @@ conditional disaggregation):
 
 - local when the part of the prompt the decode worker does not hold is shorter
   than ``min_prefill_tokens``: moving a short prefill costs more than it saves;
+  and local when it holds the whole prompt (a repeat), even at 0: nothing is
+  left to compute elsewhere;
 - local when every live prefill worker already has ``max_prefill_queue``
   prefills in flight: waiting in that queue would cost more TTFT than
   interleaving the prefill with decode steps;
@@ -53,7 +55,8 @@ def decide(config: DisaggConfig, prompt_tokens: int, decode_overlap_blocks: int,
     ``prefill_queues``: prefills in flight per live prefill worker."""
     if not prefill_queues:
         return "local_no_prefill_worker"
-    if prompt_tokens - decode_overlap_blocks * block_size < config.min_prefill_tokens:
+    uncached = prompt_tokens - decode_overlap_blocks * block_size
+    if uncached < max(config.min_prefill_tokens, 1):
         return "local_short"
     if min(prefill_queues) >= config.max_prefill_queue:
         return "local_queue"

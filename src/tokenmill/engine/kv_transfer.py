@@ -91,6 +91,8 @@ def scatter(kv_caches: list[torch.Tensor], block_ids: list[int], data: np.ndarra
     expected = (len(kv_caches), len(block_ids), *cache0.shape[1:-1], cache0.shape[-1] * cache0.element_size())
     if tuple(data.shape) != expected or data.dtype != np.uint8:
         raise ValueError(f"kv_blocks.data: shape {tuple(data.shape)} {data.dtype}, expected {expected} uint8")
+    if not block_ids:  # the receiver held the whole prompt already (a repeat): nothing to write, and
+        return         # torch.frombuffer refuses an empty buffer
     with warnings.catch_warnings():  # a read-only buffer: torch warns, and we never write through it
         warnings.simplefilter("ignore", UserWarning)
         raw = torch.frombuffer(np.ascontiguousarray(data), dtype=torch.uint8)

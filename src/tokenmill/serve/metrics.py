@@ -156,7 +156,7 @@ def disagg_metrics(engine):
     m = engine.disagg_metrics
     decisions = CounterMetricFamily("tokenmill:disagg_prefill_decisions",
                                     "Where prompts were computed: remote (a prefill worker), local_short "
-                                    "(uncached part under --disagg-min-prefill-tokens), local_queue (prefill "
+                                    "(uncached part under --disagg-min-prefill-tokens, or none), local_queue (prefill "
                                     "workers at --disagg-max-prefill-queue), local_no_prefill_worker.",
                                     labels=["decision"])
     for decision in DECISIONS:

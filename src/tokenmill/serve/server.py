@@ -86,8 +86,8 @@ def banner(engine, url: str) -> str:
         lines.append(f"workers:       {kinds} on Ray, router {engine.router.config.policy}")
         if engine.disagg is not None:
             d = engine.disagg
-            lines.append(f"disaggregated: prompts of >= {d.min_prefill_tokens} uncached tokens to prefill workers "
-                         f"(up to {d.max_prefill_queue} in flight each), KV over {engine.kv_transport}")
+            lines.append(f"disaggregated: prompts of >= {max(d.min_prefill_tokens, 1)} uncached tokens to prefill "
+                         f"workers (up to {d.max_prefill_queue} in flight each), KV over {engine.kv_transport}")
     lines += [f"max_model_len: {engine.max_model_len}", f"listening on {url}"]
     return "\n".join(lines)
 
