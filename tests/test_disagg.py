@@ -207,6 +207,7 @@ def test_metrics_and_workers_list_roles_and_transfers(cluster):
 
     body, metrics = asyncio.run(scenario())
     assert sorted(w["role"] for w in body["data"]) == ["decode", "decode", "prefill"]
+    assert all(isinstance(w["kv_imports_recomputed"], int) for w in body["data"])
     d = body["disaggregation"]
     assert d["transfers"] >= 3 and d["transfer_bytes"] > 0 and d["decisions"]["remote"] >= 3
     assert d["kv_transport"] == "ray-object-store"

@@ -356,6 +356,7 @@ class ClusterEngine(DisaggHandoffs):
                         "kv_usage": s.kv_usage if s else None,
                         "kv_blocks_held": s.kv_blocks_held if s else None,
                         "kv_blocks_imported": s.kv_blocks_imported if s else None,
+                        "kv_imports_recomputed": s.kv_imports_recomputed if s else None,
                         "prefix_cache_hit_rate": s.prefix_hit_rate if s else None})
         return out
 

@@ -247,7 +247,17 @@ class EngineWorker:
         if blocks is not None and request.request_id in self.core.scheduler.requests:
             return None  # a retried import whose first try landed after all: keep that one
         try:
-            self.core.add_request(request, kv_blocks=blocks)
+            try:
+                self.core.add_request(request, kv_blocks=blocks)
+            except ValueError as exc:
+                if blocks is None:
+                    raise
+                # Blocks that do not fit (a transfer defect, not the client's doing) lose no request:
+                # it computes its prompt here, as when its blocks were evicted (kv_imports_recomputed).
+                log.warning("worker %s: request %s's imported KV refused (%s); computing its prompt here",
+                            self.worker_id, request.request_id, exc)
+                self.core.add_request(request)
+                self.core.kv_imports_recomputed += 1
         except Exception as exc:
             log.warning("worker %s refused request %s: %s", self.worker_id, request.request_id, exc)
             return EngineCoreOutput(request.request_id, [], "error", error=str(exc))
