@@ -186,6 +186,23 @@ def test_server_counters_of_tokenmill_and_vllm_and_the_rates_between():
     assert rates["engine_busy_cpu_s"] == pytest.approx(0.25)
     assert (rates["engine_prefill_steps"], rates["engine_prefill_busy_s"]) == (3, pytest.approx(0.375))
     assert rates_between(parse_counters(steps), parse_counters(steps))["engine_steps"] is None  # no step between
+    assert rates["engine_workers"] is None  # one engine: no per-worker counters
+
+
+def test_a_clusters_steps_are_read_per_worker():
+    def cluster(prefill_s, prefill_cpu, decode_s, decode_cpu):
+        return parse_counters(
+            f'tokenmill:worker_engine_step_seconds_total{{worker="prefill-0",role="prefill"}} {prefill_s}\n'
+            f'tokenmill:worker_engine_step_cpu_seconds_total{{worker="prefill-0",role="prefill"}} {prefill_cpu}\n'
+            f'tokenmill:worker_engine_step_seconds_total{{worker="decode-0",role="decode"}} {decode_s}\n'
+            f'tokenmill:worker_engine_step_cpu_seconds_total{{worker="decode-0",role="decode"}} {decode_cpu}\n')
+    before, after = cluster(10.0, 8.0, 50.0, 49.0), cluster(30.0, 24.0, 90.0, 85.0)
+    assert rates_between(before, after)["engine_workers"] == {
+        "prefill-0": {"role": "prefill", "busy_s": 20.0, "busy_cpu_s": 16.0},
+        "decode-0": {"role": "decode", "busy_s": 40.0, "busy_cpu_s": 36.0}}
+    restarted = cluster(30.0, 24.0, 4.0, 3.0)  # the decode worker restarted: its counters began again
+    assert rates_between(before, restarted)["engine_workers"]["decode-0"] == {"role": "decode", "busy_s": 4.0,
+                                                                              "busy_cpu_s": 3.0}
 
 
 def _bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

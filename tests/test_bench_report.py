@@ -101,6 +101,19 @@ def test_report_shows_the_known_figures():
     assert "11 (10 ok, 1 failed)" in _line(text, "queries")
 
 
+def test_report_shows_a_clusters_steps_by_worker():
+    r = _result()
+    m = r.metrics
+    m.engine_steps, m.engine_busy_s, m.engine_busy_cpu_s = 100, 20.0, 18.0
+    m.engine_workers = {"prefill-0": {"role": "prefill", "busy_s": 8.0, "busy_cpu_s": 6.0},
+                        "decode-0": {"role": "decode", "busy_s": 12.0, "busy_cpu_s": 12.0}}
+    line = _line(format_result(r), "engine steps")
+    assert line.endswith("on a core 90% of that time; the target's counters, workers summed); by worker: "
+                         "decode-0 (decode) 12.0 s, on a core 100%, prefill-0 (prefill) 8.0 s, on a core 75%")
+    m.engine_workers = None
+    assert _line(format_result(r), "engine steps").endswith("workers summed)")
+
+
 def test_report_shows_settings_workload_and_loadgen_figures():
     text = format_result(_result())
     assert "tokenmill bench: server, performance" in text

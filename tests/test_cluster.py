@@ -87,6 +87,34 @@ def test_each_worker_logs_the_steps_it_counts(cluster, step_log):
         assert sum(s.decodes + s.chunk_tokens for s in logged) > 0
 
 
+def test_each_workers_step_time_is_on_v1_workers_and_metrics(cluster):
+    """Per worker, the seconds of its steps and of its stepping thread on a core: GET /v1/workers and
+    /metrics (what `tokenmill bench` reads per worker of a cluster target), equal to its counters."""
+    import httpx
+
+    from tokenmill.bench.server_metrics import parse_counters
+    from tokenmill.serve.api import build_app
+
+    async def scenario():
+        await collect(cluster, [70, 71, 72, 73], SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True))
+        transport = httpx.ASGITransport(app=build_app(cluster))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=60) as c:
+            return (await c.get("/v1/workers")).json()["data"], (await c.get("/metrics")).text
+
+    workers, metrics = asyncio.run(scenario())
+    counters = parse_counters(metrics)
+    served = 0
+    for w in workers:
+        stats = cluster.workers[w["id"]].stats
+        wall, cpu = sum(stats.engine_step_seconds.values()), sum(stats.engine_step_cpu_seconds.values())
+        assert (w["engine_step_seconds"], w["engine_step_cpu_seconds"]) == (pytest.approx(wall), pytest.approx(cpu))
+        assert counters[f"worker|{w['id']}|aggregated|busy_s"] == pytest.approx(wall, rel=1e-6)
+        assert counters[f"worker|{w['id']}|aggregated|busy_cpu_s"] == pytest.approx(cpu, rel=1e-6)
+        assert cpu <= wall * 1.01 + 1e-3
+        served += wall > 0
+    assert served >= 1
+
+
 def test_kv_router_sends_a_shared_prefix_to_the_worker_that_holds_it(cluster):
     params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
 

@@ -231,7 +231,10 @@ def _steps_line(m) -> str:
                                                  if decode else "")
     if m.engine_busy_cpu_s is not None and m.engine_busy_s:
         line += f"; on a core {m.engine_busy_cpu_s / m.engine_busy_s:.0%} of that time"
-    return line + "; the target's counters, workers summed)"
+    line += "; the target's counters, workers summed)"
+    workers = [f"{name} ({w['role']}) {w['busy_s']:,.1f} s, on a core {w['busy_cpu_s'] / w['busy_s']:.0%}"
+               for name, w in sorted((m.engine_workers or {}).items()) if w.get("busy_s") and "busy_cpu_s" in w]
+    return line + ("; by worker: " + ", ".join(workers) if workers else "")
 
 
 def _client_cpu_line(r) -> str:

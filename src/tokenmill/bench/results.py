@@ -163,6 +163,10 @@ class Metrics:
     """The stepping threads' CPU seconds within those steps, summed over workers: over
     ``engine_busy_s``, the share of the steps' time they were on a core (the rest they waited
     for one: cores shared with other workers, the frontend or this client)."""
+    engine_workers: dict | None = None
+    """A cluster's workers over the run, each {"role", "busy_s", "busy_cpu_s"}: its steps' wall
+    seconds and its stepping thread's CPU seconds within them (the server's per-worker counters);
+    None for one engine."""
     client_cpu_s: float | None = None
     """CPU seconds this benchmark's own process used during the run, all its threads: LoadGen and
     the HTTP client, and with the in-process engine (``target.kind`` 'engine') the engine too."""

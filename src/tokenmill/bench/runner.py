@@ -90,7 +90,7 @@ def run_benchmark(target: Target, workload: Workload, settings: BenchSettings, r
     result.metrics.spec_acceptance_rate = rates["spec_acceptance_rate"]
     result.metrics.spec_tokens_per_verification = rates["spec_tokens_per_verification"]
     for name in ("engine_steps", "engine_busy_s", "engine_prefill_steps", "engine_prefill_busy_s",
-                 "engine_busy_cpu_s"):
+                 "engine_busy_cpu_s", "engine_workers"):
         setattr(result.metrics, name, rates[name])
     result.metrics.client_cpu_s, result.metrics.host_cpus = client_cpu_s, os.cpu_count()
     result.metrics.gc_pauses = gc_log.summary()

@@ -10,6 +10,8 @@ understood.
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
 HIT_COUNTERS = ("tokenmill:prefix_cache_hits_total", "vllm:prefix_cache_hits_total")
@@ -31,8 +33,15 @@ COUNTERS = {
 every label set, a name with its labels only that sample."""
 
 
+WORKER_COUNTERS = {"tokenmill:worker_engine_step_seconds_total": "busy_s",
+                   "tokenmill:worker_engine_step_cpu_seconds_total": "busy_cpu_s"}
+"""A cluster's counters per worker (labels worker, role) -> our name; read into keys
+``worker|<worker>|<role>|<name>`` beside COUNTERS."""
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
 def parse_counters(text: str) -> dict[str, float]:
-    """The COUNTERS present in Prometheus text."""
+    """The COUNTERS present in Prometheus text, and WORKER_COUNTERS per worker."""
     names: dict[str, list[str]] = {}
     for ours, proms in COUNTERS.items():
         for prom in proms:
@@ -40,9 +49,13 @@ def parse_counters(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in text.splitlines():
         sample, _, value = line.rpartition(" ")
-        for key in {sample.split("{", 1)[0], sample}:  # the bare name, and the sample with its labels
+        bare = sample.split("{", 1)[0]
+        for key in {bare, sample}:  # the bare name, and the sample with its labels
             for ours in names.get(key, ()):
                 out[ours] = out.get(ours, 0.0) + float(value)
+        if bare in WORKER_COUNTERS:
+            labels = dict(_LABEL.findall(sample))
+            out[f"worker|{labels.get('worker')}|{labels.get('role')}|{WORKER_COUNTERS[bare]}"] = float(value)
     return out
 
 
@@ -59,7 +72,8 @@ def rates_between(before: dict[str, float] | None, after: dict[str, float] | Non
     """Over a run: prefix-cache hit rate, drafts accepted / verified, tokens a
     verification step appended (accepted drafts + the model's own token), and the
     engine's steps, their seconds and their stepping threads' CPU seconds (every
-    worker's summed); None where the counters are missing or did not move."""
+    worker's summed, and a cluster's per worker); None where the counters are missing or did
+    not move."""
     before, after = before or {}, after or {}
 
     def delta(name: str) -> float | None:
@@ -74,4 +88,19 @@ def rates_between(before: dict[str, float] | None, after: dict[str, float] | Non
             "engine_busy_s": delta("engine_step_seconds") or None,
             "engine_prefill_steps": None if (n_prefill := delta("engine_prefill_steps")) is None else int(n_prefill),
             "engine_prefill_busy_s": delta("engine_prefill_step_seconds"),
-            "engine_busy_cpu_s": delta("engine_step_cpu_seconds")}
+            "engine_busy_cpu_s": delta("engine_step_cpu_seconds"),
+            "engine_workers": workers_between(before, after)}
+
+
+def workers_between(before: dict[str, float], after: dict[str, float]) -> dict[str, dict] | None:
+    """Each cluster worker's steps over a run: {worker: {"role", "busy_s", "busy_cpu_s"}} (its
+    counters' deltas; a worker that restarted meanwhile counts from its restart); None for a
+    target without per-worker counters."""
+    out: dict[str, dict] = {}
+    for key, value in after.items():
+        if not key.startswith("worker|"):
+            continue
+        _, worker, role, name = key.split("|", 3)
+        start = before.get(key, 0.0)
+        out.setdefault(worker, {"role": role})[name] = value - start if value >= start else value
+    return out or None

@@ -343,7 +343,8 @@ class ClusterEngine(DisaggHandoffs):
         log.warning("worker %s is back (pid %d)", worker_id, handle.info.pid)
 
     def describe_workers(self) -> list[dict]:
-        """For GET /v1/workers: id, node, pid, alive, role, load, KV usage."""
+        """For GET /v1/workers: id, node, pid, alive, role, load, KV usage, and the seconds the worker
+        has spent in engine steps since it started, wall and its stepping thread's on a core."""
         out = []
         for worker_id, h in self.workers.items():
             s = h.stats
@@ -357,6 +358,8 @@ class ClusterEngine(DisaggHandoffs):
                         "kv_blocks_held": s.kv_blocks_held if s else None,
                         "kv_blocks_imported": s.kv_blocks_imported if s else None,
                         "kv_imports_recomputed": s.kv_imports_recomputed if s else None,
+                        "engine_step_seconds": sum(s.engine_step_seconds.values()) if s else None,
+                        "engine_step_cpu_seconds": sum(s.engine_step_cpu_seconds.values()) if s else None,
                         "prefix_cache_hit_rate": s.prefix_hit_rate if s else None})
         return out
 

@@ -139,6 +139,15 @@ def cluster_metrics(engine):
         for w in workers:
             family.add_metric([w["id"], w["role"]], value(w))
         yield family
+    for name, doc, key in (("worker_engine_step_seconds", "Wall seconds of the worker's engine steps.",
+                            "engine_step_seconds"),
+                           ("worker_engine_step_cpu_seconds", "CPU seconds of the worker's stepping thread within "
+                            "its steps: over their wall seconds, the share it was on a core.",
+                            "engine_step_cpu_seconds")):
+        family = CounterMetricFamily(f"tokenmill:{name}", doc, labels=["worker", "role"])
+        for w in workers:
+            family.add_metric([w["id"], w["role"]], w[key] or 0.0)
+        yield family
     for name, doc, key in (("num_requests_running", "Requests running on the role's workers.", "running"),
                            ("num_requests_waiting", "Requests queued on the role's workers.", "waiting")):
         family = GaugeMetricFamily(f"tokenmill:role_{name}", doc, labels=["role"])
