@@ -184,3 +184,56 @@ def test_cli_decode_pool_flags(capsys):
                           (("--disagg", "1:1", "--decode-ep", "3", "--decode-tp", "2"), "--decode-tp/--decode-ep")]:
         with pytest.raises(ValueError, match=message):
             cmd_sim(sim_args("--model", "llama3.1-8b", *argv))
+
+
+def test_the_rule_keeps_short_and_decode_cached_prompts_on_the_decode_pool():
+    """--disagg-min-prefill-tokens, as our cluster decides (cluster/disagg.py): a prompt shorter than N
+    uncached tokens, or one its decode replica caches whole, is computed on the decode pool. A repeat
+    counts as cached there from its first occurrence's hand-off on: before it, it is sent too. Steps with
+    a prompt chunk take 1 s, decode-only ones 0.1 s, a hand-off 0.5 s."""
+    sample = dict(prefix_group=0, prefix_tokens=64)  # one 64-token prompt, repeated (sim/scenarios.py)
+    requests = [SimRequest(0.0, 64, 5, **sample),  # sent: first token 1.0, its KV lands at 1.5
+                SimRequest(1.2, 64, 5, **sample),  # before that: sent too, hits 48 tokens on the prefill replica
+                SimRequest(3.0, 64, 5, **sample),  # after it: cached whole on the decode replica
+                SimRequest(3.0, 20, 5)]            # 20 uncached tokens
+    pools = Pool(prefill_heavy, CONFIG), Pool(prefill_heavy, CONFIG)
+
+    def run(n):
+        return simulate_disagg(requests, PoolSplit(1, 1, min_prefill_tokens=n), *pools, lambda tokens: 0.5)
+    sent, at_0, at_32 = run(None), run(0), run(32)
+    # Every prompt sent: 2 and 3 share a prefill step (3-4 s), land at 4.5, and 3's 5-token tail (its
+    # partial block) is a 1 s chunk on the decode replica before their 3 last decodes.
+    assert sent.first_token_s.tolist() == pytest.approx([1.0, 2.2, 4.0, 4.0])
+    assert sent.finish_s.tolist() == pytest.approx([1.9, 3.1, 5.8, 5.8])
+    assert (sent.steps, sent.prefill_steps) == (15, 4)
+    # N = 0: 2 is computed on the decode replica, over the 48 tokens it caches, in the step that 1's last
+    # decode is in (3-4 s: a local prompt stalls the decodes beside it); 3 is sent as before.
+    assert at_0.first_token_s.tolist() == pytest.approx([1.0, 2.2, 4.0, 4.0])
+    assert at_0.finish_s.tolist() == pytest.approx([1.9, 4.0, 4.4, 5.8])
+    assert (at_0.steps, at_0.prefill_steps) == (19, 5)
+    # N = 32: 3 stays too, in that same step; the prefill pool computes 0 and 1 only.
+    assert at_32.finish_s.tolist() == pytest.approx([1.9, 4.0, 4.4, 4.4])
+    assert (at_32.steps, at_32.prefill_steps) == (14, 3)
+    # One lookup per prompt, on the pool that computes it (an import is none): 48 hit on the prefill
+    # replica (1) and 48 on whichever computes 2.
+    for r in (sent, at_0, at_32):
+        assert (r.prefix_hit_tokens, r.prefix_query_tokens) == (96, 64 * 3 + 20)
+    with pytest.raises(ValueError, match="--disagg-min-prefill-tokens: must be >= 0"):
+        PoolSplit(1, 1, min_prefill_tokens=-1)
+
+
+def test_cli_takes_the_rule(capsys):
+    argv = ("--model", "llama3.1-8b", "--scenario", "server", "--isl", "128", "--osl", "16", "--num-requests",
+            "40", "--target-qps", "4", "--disagg", "1:1", "--json")
+    assert cmd_sim(sim_args(*argv, "--disagg-min-prefill-tokens", "256")) == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert kept["config"]["disagg"]["min_prefill_tokens"] == 256
+    assert cmd_sim(sim_args(*argv)) == 0
+    sent = json.loads(capsys.readouterr().out)
+    assert sent["config"]["disagg"]["min_prefill_tokens"] is None
+    # Sent, each prompt is a step of its own on the prefill replica (129 tokens land on the decode one: its
+    # first decode); under 256 they are all kept, and ride in the decode replica's steps.
+    assert sent["engine_prefill_steps"] == sent["requests_simulated"] == 80
+    assert kept["engine_steps"] < sent["engine_steps"]
+    with pytest.raises(ValueError, match="--disagg-min-prefill-tokens: only with --disagg P:D"):
+        cmd_sim(sim_args("--model", "llama3.1-8b", "--disagg-min-prefill-tokens", "0"))

@@ -235,30 +235,32 @@ def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:
     return isl, args.osl or osl, osl_max
 
 
-_DECODE_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp", "decode_max_num_seqs")
+_DECODE_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp", "decode_max_num_seqs", "disagg_min_prefill_tokens")
+_LAYOUT_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp")
 
 
 def _decode_pool(args: argparse.Namespace, parallel) -> dict:
-    """The --decode-* flags as PoolSplit fields (empty when none is given); ValueError naming
-    a flag given without --disagg P:D or with an impossible value."""
+    """The --decode-* flags and --disagg-min-prefill-tokens as PoolSplit fields (empty when none is
+    given); ValueError naming a flag given without --disagg P:D or with an impossible value."""
     given = [f for f in _DECODE_FLAGS if getattr(args, f, None) is not None]
     if not given:
         return {}
     flag = "--" + given[0].replace("_", "-")
     if not args.disagg or args.disagg == "auto" or args.search:
-        raise ValueError(f"{flag}: only with --disagg P:D and no --search (the decode replicas' own layout; "
-                         "the search tries one layout for both pools)")
+        raise ValueError(f"{flag}: only with --disagg P:D and no --search (the search tries one layout and "
+                         "sends every prompt to the prefill pool)")
     from tokenmill.sim.cost import Parallel
 
     layout = None
-    if any(f != "decode_max_num_seqs" for f in given):
+    if any(f in _LAYOUT_FLAGS for f in given):
         attention_dp = parallel.attention_dp if args.decode_attention_dp is None else args.decode_attention_dp
         try:
             layout = Parallel(parallel.tp if args.decode_tp is None else args.decode_tp,
                               parallel.ep if args.decode_ep is None else args.decode_ep, attention_dp)
         except ValueError as e:
             raise ValueError(f"--decode-tp/--decode-ep: {e}") from None
-    return {"decode_parallel": layout, "decode_max_num_seqs": args.decode_max_num_seqs}
+    return {"decode_parallel": layout, "decode_max_num_seqs": args.decode_max_num_seqs,
+            "min_prefill_tokens": args.disagg_min_prefill_tokens}
 
 
 def _kv_cache_bytes(args: argparse.Namespace) -> float | None:

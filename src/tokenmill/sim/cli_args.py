@@ -186,6 +186,11 @@ def _add_disagg_args(g) -> None:
                    help="with --disagg P:D: data-parallel attention in each decode replica (default --attention-dp)")
     g.add_argument("--decode-max-num-seqs", type=int, default=None, metavar="N",
                    help="with --disagg P:D: batch limit of each decode replica (default --max-num-seqs)")
+    g.add_argument("--disagg-min-prefill-tokens", type=int, default=None, metavar="N",
+                   help="with --disagg P:D: our cluster's rule, as `tokenmill serve --disagg-min-prefill-tokens`: "
+                        "a prompt whose part its decode replica does not cache is shorter than N, or nothing, is "
+                        "computed there (default: every prompt to the prefill pool, as published disaggregated "
+                        "runs; give 256 for tokenmill serve's default)")
 
 
 def _add_scheduling_args(g) -> None:

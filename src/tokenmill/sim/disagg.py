@@ -29,10 +29,22 @@ Per request, the combined result keeps the prefill pool's first token and the
 decode pool's finish, so TPOT includes the transfer and the decode pool's
 queueing, as a client measures it. Every replica of both pools is simulated
 (the work scales with the number of requests, not of replicas).
+
+With ``min_prefill_tokens`` (``tokenmill serve --disagg-min-prefill-tokens``;
+published disaggregated runs send every prompt, None) the rule of our cluster
+decides first (cluster/disagg.py ``decide``): a prompt whose part its decode
+replica does not cache is shorter than that, or nothing, is computed on the
+decode pool, whole, beside its decodes. What the decode pool caches at an
+arrival is read off a first pass that sends every prompt: a request's shared
+prefix (``prefix_group``) counts from the hand-off of an earlier request of its
+group on (the router learns of the blocks when they land), evictions aside;
+the decode pool then runs the handed-off requests with their prefix group, so
+its replicas cache what they imported, and the local ones as plain requests.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
@@ -57,6 +69,10 @@ class PoolSplit:
     """Each decode replica's layout; None: the prefill replicas' (the deployment's ``parallel``)."""
     decode_max_num_seqs: int | None = None
     """Each decode replica's batch limit; None: the deployment's ``max_num_seqs``."""
+    min_prefill_tokens: int | None = None
+    """Our cluster's rule (``tokenmill serve --disagg-min-prefill-tokens``): prompts whose part the
+    decode replica does not cache is shorter than this, or nothing, are computed there; None: every
+    prompt goes to the prefill pool (module docstring)."""
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 1 or self.decode_replicas < 1:
@@ -64,6 +80,8 @@ class PoolSplit:
                              f"{self.prefill_replicas}:{self.decode_replicas}")
         if self.decode_max_num_seqs is not None and self.decode_max_num_seqs < 1:
             raise ValueError(f"--decode-max-num-seqs: must be >= 1, got {self.decode_max_num_seqs}")
+        if self.min_prefill_tokens is not None and self.min_prefill_tokens < 0:
+            raise ValueError(f"--disagg-min-prefill-tokens: must be >= 0, got {self.min_prefill_tokens}")
 
     @property
     def replicas(self) -> int:
@@ -92,32 +110,79 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
     n = len(requests)
     arrival = np.array([r.arrival_s for r in requests], dtype=float)
     outputs = np.array([r.output_tokens for r in requests], dtype=np.int64)
-    first = np.full(n, np.nan)
-    finish = np.full(n, np.nan)
-    totals = np.zeros(5)  # steps, preemptions, scheduled seqs, scheduled tokens, prefill steps
+    block = decode.config.block_size
+    totals = np.zeros(7)  # steps, preemptions, scheduled seqs and tokens, prefill steps, prefix hits, lookups
     busy = np.zeros(2)  # seconds in steps, of them in prefill steps
 
     def run(staged: list[SimRequest], replicas: int, pool: Pool) -> SimResult:
         result = simulate_routed(staged, replicas, pool.step_time, pool.config)
         totals[:] += (result.steps, result.preemptions, result.scheduled_seqs, result.scheduled_tokens,
-                      result.prefill_steps)
+                      result.prefill_steps, result.prefix_hit_tokens, result.prefix_query_tokens)
         busy[:] += (result.busy_s, result.prefill_busy_s)
         return result
 
-    prefilled = run([replace(r, output_tokens=1) for r in requests], split.prefill_replicas, prefill)
-    first[:] = prefilled.first_token_s
-    finish[outputs == 1] = first[outputs == 1]
+    def prefill_all(ids: np.ndarray) -> np.ndarray:
+        """First-token times of ``ids``' prompts computed on the prefill pool."""
+        return simulate_routed([replace(requests[i], output_tokens=1) for i in ids], split.prefill_replicas,
+                               prefill.step_time, prefill.config).first_token_s
 
-    rest = np.flatnonzero(outputs > 1)
-    if rest.size:
-        handoff = first[rest] + np.array([transfer_s(requests[i].prompt_tokens) for i in rest])
-        context = [requests[i].prompt_tokens + 1 for i in rest]  # the prompt and the first token
-        finish[rest] = run([SimRequest(float(t), c, int(outputs[i]) - 1, c) for i, t, c in zip(rest, handoff, context)],
-                           split.decode_replicas, decode).finish_s
-    steps, preemptions, seqs, tokens, prefill_steps = (int(v) for v in totals)
-    # The prefix cache's counters are the prefill pool's: the decode pool receives each KV whole.
+    local = _kept_local(requests, split, block, lambda: prefill_all(np.arange(n)) + np.array(
+        [transfer_s(r.prompt_tokens) for r in requests]))
+    first, finish = np.full(n, np.nan), np.full(n, np.nan)
+    remote = np.flatnonzero(~local)
+    if remote.size:
+        first[remote] = run([replace(requests[i], output_tokens=1) for i in remote], split.prefill_replicas,
+                            prefill).first_token_s
+    done = ~local & (outputs == 1)
+    finish[done] = first[done]
+    rest = np.flatnonzero(~local & (outputs > 1))
+    rule = split.min_prefill_tokens is not None  # only the rule reads what the decode pool caches
+    moved = [SimRequest(float(first[i] + transfer_s(requests[i].prompt_tokens)), requests[i].prompt_tokens + 1,
+                        int(outputs[i]) - 1, requests[i].prompt_tokens + 1, requests[i].prefix_group if rule else -1,
+                        requests[i].prefix_tokens if rule else 0)
+             for i in rest]  # the prompt and the first token, imported
+    kept = np.flatnonzero(local)
+    staged = moved + [requests[i] for i in kept]
+    if staged:
+        decoded = run(staged, split.decode_replicas, decode)
+        finish[rest] = decoded.finish_s[:rest.size]
+        first[kept], finish[kept] = decoded.first_token_s[rest.size:], decoded.finish_s[rest.size:]
+        # The engine counts a prefix lookup where a prompt is computed: an import is none (a preempted
+        # import's readmission aside).
+        totals[5:] -= (sum(_whole_blocks(r.cached_tokens, r.prompt_tokens, block) for r in moved),
+                       sum(r.prompt_tokens for r in moved))
+    steps, preemptions, seqs, tokens, prefill_steps, hits, lookups = (int(v) for v in totals)
     return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, float(busy[0]),
-                     prefilled.prefix_hit_tokens, prefilled.prefix_query_tokens, prefill_steps, float(busy[1]))
+                     hits, lookups, prefill_steps, float(busy[1]))
+
+
+def _whole_blocks(cached: int, prompt: int, block: int) -> int:
+    """A hit of ``cached`` tokens as a replica admits it: whole blocks, leaving at least one token."""
+    blocks = cached // block
+    return (blocks - 1 if blocks * block >= prompt else blocks) * block
+
+
+def _kept_local(requests: list[SimRequest], split: PoolSplit, block: int,
+                handoffs: Callable[[], np.ndarray]) -> np.ndarray:
+    """Which requests the rule keeps on their decode replica (``split.min_prefill_tokens``; none when
+    None). ``handoffs()``: when each request's KV would land on the decode pool were every prompt sent
+    (the first pass), from which on its prefix group counts as cached there."""
+    n = len(requests)
+    if split.min_prefill_tokens is None:
+        return np.zeros(n, dtype=bool)
+    landed = handoffs()
+    since: dict[int, float] = {}  # prefix group -> the earliest hand-off of a request of it so far
+    local = np.zeros(n, dtype=bool)
+    for i in np.argsort([r.arrival_s for r in requests], kind="stable").tolist():
+        r = requests[i]
+        held = r.cached_tokens
+        if r.prefix_group >= 0 and since.get(r.prefix_group, math.inf) <= r.arrival_s:
+            held = max(held, r.prefix_tokens)
+        uncached = r.prompt_tokens - min(held, r.prompt_tokens) // block * block
+        local[i] = uncached < max(split.min_prefill_tokens, 1)
+        if r.prefix_group >= 0:
+            since[r.prefix_group] = min(since.get(r.prefix_group, math.inf), float(landed[i]))
+    return local
 
 
 def transfer_time(arch, hw: Hardware, d: Deployment):
@@ -140,5 +205,6 @@ def split_figures(d: Deployment, decode_blocks: int | None) -> dict:
     """``d``'s disaggregated split as ``--json`` reports it: replicas per pool and the decode replicas' own
     layout, batch limit and KV blocks (the prefill replicas' are the config's top-level fields)."""
     return {"prefill_replicas": d.disagg.prefill_replicas, "decode_replicas": d.disagg.decode_replicas,
+            "min_prefill_tokens": d.disagg.min_prefill_tokens,
             "decode": {**asdict(d.decode_parallel), "max_num_seqs": d.decode_max_num_seqs,
                        "kv_blocks_per_replica": decode_blocks}}
