@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tokenmill.bench.metrics import compute_metrics
@@ -282,3 +283,47 @@ def test_a_servers_step_log_gives_the_steps_within_the_run(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="no t0_unix"):
         load_trace(path, step_log=tmp_path / "served.jsonl")
+
+
+def test_a_clusters_step_files_are_priced_per_worker(tmp_path, capsys):
+    """Several step files (a cluster's workers', `serve --step-log FILE`: FILE.prefill-0, ...): each priced
+    on its own, and set against its worker's steps' time on a core where the run read its counters
+    (`tokenmill bench`'s metrics.engine_workers)."""
+    path = _run(tmp_path, _records(), engine_workers={"prefill-0": {"role": "prefill", "busy_s": 0.5,
+                                                                    "busy_cpu_s": 0.4}})
+    doc = json.loads(path.read_text())
+    doc["t0_unix"] = 5000.0
+    path.write_text(json.dumps(doc))
+    logged = {"prefill-0": [LoggedStep(0, 40, 0.25, 5010.0, 0, ((40, 0),)), LoggedStep(0, 72, 0.25, 5010.5, 0,
+                                                                                      ((72, 0),))],
+              "decode-0": [LoggedStep(2, 0, 0.02, 5011.0 + 0.1 * i, 90) for i in range(5)]}
+    files = []
+    for name, steps in logged.items():
+        files.append(str(tmp_path / f"steps.jsonl.{name}"))
+        log = StepLogFile(files[-1])
+        for s in steps:
+            log.append(s)
+        log.close()
+    trace = load_trace(path, step_log=files)
+    assert {name: len(steps) for name, steps in trace.worker_steps.items()} == {"prefill-0": 2, "decode-0": 5}
+    assert load_trace(path, step_log=files[:1]).worker_steps is None  # one file: one engine
+    args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16", "--replay", str(path),
+            "--step-log", *files]
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    workers = out["served_steps_by_worker"]
+    price = replica_step_seconds(get_model("smollm2-135m"), get_hardware("h100"),
+                                 Deployment(1, Parallel(), "bf16"))
+    prefill = workers["prefill-0"]
+    assert prefill["steps"] == 2 and prefill["measured_s"] == pytest.approx(0.5) and prefill["role"] == "prefill"
+    assert prefill["priced_s"] == pytest.approx(price(StepShape(np.zeros(0, dtype=np.int64), (PrefillChunk(40, 0),)))
+                                                + price(StepShape(np.zeros(0, dtype=np.int64), (PrefillChunk(72, 0),))))
+    assert prefill["on_core_share"] == pytest.approx(0.8)
+    assert prefill["priced_over_on_core"] == pytest.approx(prefill["priced_s"] / 0.4)
+    decode = workers["decode-0"]
+    assert decode["steps"] == 5 and decode["role"] is None and decode["on_core_share"] is None
+    assert prefill["priced_s"] + decode["priced_s"] == pytest.approx(out["served_steps"]["priced_s"])
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "| prefill-0 (prefill) | 2 | 0.5 s |" in text and "| 80% |" in text
+    assert "| decode-0 | 5 | 0.1 s |" in text and "| n/a | n/a |" in text

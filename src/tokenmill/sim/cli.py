@@ -315,9 +315,9 @@ def parse_disagg(text: str | None, decode: dict | None = None):
 def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from tokenmill.sim import served_steps as served
     from tokenmill.sim.predict import predict
     from tokenmill.sim.replay import comparison_table, load_trace, measured_figures
-    from tokenmill.sim.served_steps import at_served_prices, price_steps, served_steps_table
     from tokenmill.sim.step_price import replica_step_seconds
 
     for flag, given in (("--uplift", args.uplift), ("--search", args.search), ("--pareto", args.pareto),
@@ -329,20 +329,25 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     replayed = replace(workload, scenario=trace.result.scenario, requests=trace.requests,
                        num_requests=len(trace.requests))
     figures = predict(arch, hw, deployment, replayed)
-    steps = repriced = None
+    steps = repriced = workers = None
     if trace.steps:  # the engine's steps were kept: price each, and replay again at their prices
-        steps = price_steps(trace.steps, replica_step_seconds(arch, hw, deployment))
+        price = replica_step_seconds(arch, hw, deployment)
+        steps = served.price_steps(trace.steps, price)
+        if trace.worker_steps:
+            workers = served.price_workers(trace.worker_steps, price, trace.result.metrics.engine_workers)
         if deployment.pipeline_parallel == 1:
-            repriced = predict(arch, hw, deployment, replayed, reprice=lambda price: at_served_prices(price, steps))
+            repriced = predict(arch, hw, deployment, replayed, reprice=lambda p: served.at_served_prices(p, steps))
     if args.json:
         print(json.dumps({"simulated": figures, "measured": measured_figures(trace), "queries": len(trace.requests),
                           "failed_left_out": trace.skipped, "repeated_samples": trace.repeats,
                           "repeated_prompt_share": trace.repeated_prompt_share, "served_steps": steps,
-                          "simulated_at_served_prices": repriced}, indent=2))
+                          "served_steps_by_worker": workers, "simulated_at_served_prices": repriced}, indent=2))
     else:
         print(comparison_table(trace, figures, repriced))
         if steps:
-            print("\n" + served_steps_table(steps))
+            print("\n" + served.served_steps_table(steps))
+        if workers:
+            print("\n" + served.workers_table(workers))
         print()
         print(_table(figures))
     return 0

@@ -54,6 +54,9 @@ class Trace:
     neither was given."""
     repeated_prompt_tokens: int = 0
     """Prompt tokens of the queries whose sample was issued before: what their hits could reach at most."""
+    worker_steps: dict[str, list[LoggedStep]] | None = None
+    """With several step files (a cluster's workers'), each file's steps of ``steps``, by the worker
+    name its path ends with (``steps.jsonl.prefill-0``: ``prefill-0``); None otherwise."""
 
     @property
     def repeated_prompt_share(self) -> float:
@@ -87,34 +90,37 @@ def load_trace(path: str | Path, prefix_caching: bool = True, step_log: list | s
         else:
             shared = {}
         requests.append(SimRequest(q.issued_s - t0, q.prompt_tokens, q.generated_tokens, 0, **shared))
-    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats,
-                 _run_steps(path, result, step_log, done), repeated_tokens)
+    steps, by_file = _run_steps(path, result, step_log, done)
+    return Trace(tuple(requests), result, len(result.queries) - len(done), repeats, steps, repeated_tokens,
+                 by_file)
 
 
-def _run_steps(path, result: BenchResult, step_log, done: list) -> list[LoggedStep] | None:
+def _run_steps(path, result: BenchResult, step_log, done: list) -> tuple[list[LoggedStep] | None, dict | None]:
     """The engine's steps during the run: a server's step file's that started between the first query's
     issue and the last one's end (its Unix times read on the bench's clock: a server on another machine
-    needs the two clocks in step); else those the run kept; None where neither is."""
+    needs the two clocks in step); else those the run kept; None where neither is. Then, with several
+    files, each one's steps by its worker name (``Trace.worker_steps``)."""
     if step_log is not None:
         if result.t0_unix is None:
             raise ValueError(f"--step-log: {path} has no t0_unix to place the server's steps on its clock")
         files = [step_log] if isinstance(step_log, (str, Path)) else list(step_log)
-        steps = []
+        first, last = done[0].issued_s, max(q.finished_s for q in done)
+        by_file = {}
         for file in files:
             try:
-                steps += load_steps(file, t0_unix=result.t0_unix)
+                steps = load_steps(file, t0_unix=result.t0_unix)
             except FileNotFoundError:
                 raise ValueError(f"--step-log: no such file {file}") from None
-        first, last = done[0].issued_s, max(q.finished_s for q in done)
-        within = sorted((s for s in steps if first <= s.start <= last), key=lambda s: s.start)
+            by_file[Path(file).name.rsplit(".", 1)[-1]] = [s for s in steps if first <= s.start <= last]
+        within = sorted((s for steps in by_file.values() for s in steps), key=lambda s: s.start)
         if not within:
             raise ValueError(f"--step-log: {', '.join(map(str, files))} hold no step within the run of {path}")
-        return within
+        return within, by_file if len(by_file) > 1 else None
     if not result.engine_steps_file:
-        return None
+        return None, None
     folder = Path(path) if Path(path).is_dir() else Path(path).parent
     try:
-        return load_steps(folder / result.engine_steps_file)
+        return load_steps(folder / result.engine_steps_file), None
     except FileNotFoundError:
         raise ValueError(f"--replay: {path} names {result.engine_steps_file}, which is not in {folder}") from None
 

@@ -80,6 +80,38 @@ def price_steps(steps: list[LoggedStep], seconds: Callable[[StepShape], float]) 
     return {**figures(list(range(len(steps)))), "groups": rows}
 
 
+def price_workers(worker_steps: dict[str, list[LoggedStep]], seconds: Callable[[StepShape], float],
+                  on_core: dict | None) -> dict[str, dict]:
+    """Each worker's steps priced (``price_steps``' totals), and where the run read the worker's counters
+    (``BenchResult.metrics.engine_workers``) its role and its steps' seconds on a core, over the run."""
+    out = {}
+    for name, steps in sorted(worker_steps.items()):
+        if not steps:
+            continue
+        f = price_steps(steps, seconds)
+        counters = (on_core or {}).get(name, {})
+        cpu, busy = counters.get("busy_cpu_s"), counters.get("busy_s")
+        out[name] = {"role": counters.get("role"), "steps": f["steps"], "measured_s": f["measured_s"],
+                     "priced_s": f["priced_s"], "priced_over_measured": f["priced_over_measured"],
+                     "on_core_share": cpu / busy if cpu is not None and busy else None,
+                     "priced_over_on_core": f["priced_s"] / (f["measured_s"] * cpu / busy) if cpu and busy else None}
+    return out
+
+
+def workers_table(workers: dict[str, dict]) -> str:
+    """Markdown of ``price_workers``' figures."""
+    lines = ["by worker (its own step file; on a core: its counters over the run)", "",
+             "| worker | steps | measured | priced | priced / measured | on a core | priced / time on a core |",
+             "|---|---|---|---|---|---|---|"]
+    for name, w in workers.items():
+        role = f" ({w['role']})" if w["role"] else ""
+        share, over = w["on_core_share"], w["priced_over_on_core"]
+        lines.append(f"| {name}{role} | {w['steps']:,} | {w['measured_s']:,.1f} s | {w['priced_s']:,.1f} s | "
+                     f"{_ratio(w)} | {'n/a' if share is None else format(share, '.0%')} | "
+                     f"{'n/a' if over is None else format(over, '.2f')} |")
+    return "\n".join(lines)
+
+
 def served_steps_table(f: dict) -> str:
     """Markdown of ``price_steps``' figures."""
     lines = [f"the engine's own {f['steps']:,} steps, each priced at its shape: measured {f['measured_s']:,.1f} s, "
