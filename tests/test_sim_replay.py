@@ -307,6 +307,11 @@ def test_a_clusters_step_files_are_priced_per_worker(tmp_path, capsys):
     trace = load_trace(path, step_log=files)
     assert {name: len(steps) for name, steps in trace.worker_steps.items()} == {"prefill-0": 2, "decode-0": 5}
     assert load_trace(path, step_log=files[:1]).worker_steps is None  # one file: one engine
+    copy = tmp_path / "again" / "steps.jsonl.prefill-0"  # another folder's file of the same worker name
+    copy.parent.mkdir()
+    copy.write_text((tmp_path / "steps.jsonl.prefill-0").read_text())
+    merged = load_trace(path, step_log=[files[0], str(copy)])
+    assert len(merged.steps) == 4 and merged.worker_steps is None  # no step lost; one name: no split
     args = ["sim", "--model", "smollm2-135m", "--hardware", "h100", "--precision", "bf16", "--replay", str(path),
             "--step-log", *files]
     assert main([*args, "--json"]) == 0

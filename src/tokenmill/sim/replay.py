@@ -111,7 +111,8 @@ def _run_steps(path, result: BenchResult, step_log, done: list) -> tuple[list[Lo
                 steps = load_steps(file, t0_unix=result.t0_unix)
             except FileNotFoundError:
                 raise ValueError(f"--step-log: no such file {file}") from None
-            by_file[Path(file).name.rsplit(".", 1)[-1]] = [s for s in steps if first <= s.start <= last]
+            by_file.setdefault(Path(file).name.rsplit(".", 1)[-1], []).extend(
+                s for s in steps if first <= s.start <= last)  # files of one name suffix: one entry
         within = sorted((s for steps in by_file.values() for s in steps), key=lambda s: s.start)
         if not within:
             raise ValueError(f"--step-log: {', '.join(map(str, files))} hold no step within the run of {path}")
