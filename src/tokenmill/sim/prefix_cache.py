@@ -144,9 +144,10 @@ class PrefixHits:
         than they share register them (KVCacheManager.cache_computed_blocks, block by block)."""
         filled = np.minimum(self.computed[ids], self.prefix[ids]) // self.cfg.block_size
         group, shared = self.group[ids], self.shared[ids]
-        # Only a request holding exactly what its prefix caches can extend it (``SharedPrefixes.computed``);
-        # one registering below never brings another's count down to that one's, so it is checked once here.
-        # (Requests left with their own copies would otherwise be tried again every step.)
+        # Only a request holding exactly what its prefix caches can extend it (``SharedPrefixes.computed``).
+        # A registration in the loop below only raises a prefix's count, so a request filtered out here (its
+        # prefix caches more than it holds) could not register there either; without the filter, requests
+        # left with their own copies were tried again every step.
         more = (group >= 0) & (filled > shared) & (self.prefixes.blocks[np.maximum(group, 0)] == shared)
         for r, f in zip(ids[more].tolist(), filled[more].tolist()):
             self.shared[r] = self.prefixes.computed(int(self.group[r]), f, int(self.shared[r]))
