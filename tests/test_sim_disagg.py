@@ -237,3 +237,28 @@ def test_cli_takes_the_rule(capsys):
     assert kept["engine_steps"] < sent["engine_steps"]
     with pytest.raises(ValueError, match="--disagg-min-prefill-tokens: only with --disagg P:D"):
         cmd_sim(sim_args("--model", "llama3.1-8b", "--disagg-min-prefill-tokens", "0"))
+
+
+def test_the_rule_keeps_prompts_local_while_the_prefill_queue_is_full():
+    """--disagg-max-prefill-queue: six 300-token prompts at once, one prefill replica holding at most two
+    in flight (sent, before their first token): the first two are sent, the other four computed on the
+    decode replica, as `tokenmill serve` decides them (local_queue). Once those two are past their first
+    token (1 s and 2 s in), a later prompt is sent again."""
+    requests = [SimRequest(0.0, 300, 3) for _ in range(6)] + [SimRequest(2.5, 300, 3)]
+    pools = Pool(prefill_heavy, CONFIG), Pool(prefill_heavy, CONFIG)
+    full = simulate_disagg(requests, PoolSplit(1, 1, min_prefill_tokens=0, max_prefill_queue=2), *pools,
+                           lambda tokens: 0.5)
+    roomy = simulate_disagg(requests, PoolSplit(1, 1, min_prefill_tokens=0, max_prefill_queue=8), *pools,
+                            lambda tokens: 0.5)
+    # Budget 512: the prefill replica computes prompt 0 and most of 1 in its first step, 1 in its second.
+    assert full.first_token_s[:2].tolist() == pytest.approx([1.0, 2.0])
+    assert full.first_token_s[6] == pytest.approx(3.5)  # alone on the prefill replica: sent again
+    # The four kept share the decode replica's steps with the imports: every prompt still finishes.
+    assert np.all(full.finish_s >= full.first_token_s) and np.array_equal(full.output_tokens, [3] * 7)
+    # Eight in flight allowed: all seven sent, the prefill replica's queue grows (the sixth's first token
+    # comes after its five predecessors').
+    assert roomy.first_token_s[5] > full.first_token_s[5]
+    with pytest.raises(ValueError, match="--disagg-max-prefill-queue: must be >= 1"):
+        PoolSplit(1, 1, min_prefill_tokens=0, max_prefill_queue=0)
+    with pytest.raises(ValueError, match="--disagg-max-prefill-queue: only with --disagg-min-prefill-tokens"):
+        cmd_sim(sim_args("--model", "llama3.1-8b", "--disagg", "1:1", "--disagg-max-prefill-queue", "2"))

@@ -235,13 +235,15 @@ def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:
     return isl, args.osl or osl, osl_max
 
 
-_DECODE_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp", "decode_max_num_seqs", "disagg_min_prefill_tokens")
+_DECODE_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp", "decode_max_num_seqs", "disagg_min_prefill_tokens",
+                 "disagg_max_prefill_queue")
 _LAYOUT_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp")
 
 
 def _decode_pool(args: argparse.Namespace, parallel) -> dict:
-    """The --decode-* flags and --disagg-min-prefill-tokens as PoolSplit fields (empty when none is
-    given); ValueError naming a flag given without --disagg P:D or with an impossible value."""
+    """The --decode-* and --disagg-* rule flags as PoolSplit fields (empty when none is given);
+    ValueError naming a flag given without --disagg P:D (the queue limit: without the rule too) or with
+    an impossible value."""
     given = [f for f in _DECODE_FLAGS if getattr(args, f, None) is not None]
     if not given:
         return {}
@@ -249,6 +251,8 @@ def _decode_pool(args: argparse.Namespace, parallel) -> dict:
     if not args.disagg or args.disagg == "auto" or args.search:
         raise ValueError(f"{flag}: only with --disagg P:D and no --search (the search tries one layout and "
                          "sends every prompt to the prefill pool)")
+    if args.disagg_max_prefill_queue is not None and args.disagg_min_prefill_tokens is None:
+        raise ValueError("--disagg-max-prefill-queue: only with --disagg-min-prefill-tokens (the rule it is part of)")
     from tokenmill.sim.cost import Parallel
 
     layout = None
@@ -259,8 +263,9 @@ def _decode_pool(args: argparse.Namespace, parallel) -> dict:
                               parallel.ep if args.decode_ep is None else args.decode_ep, attention_dp)
         except ValueError as e:
             raise ValueError(f"--decode-tp/--decode-ep: {e}") from None
+    queue = {} if args.disagg_max_prefill_queue is None else {"max_prefill_queue": args.disagg_max_prefill_queue}
     return {"decode_parallel": layout, "decode_max_num_seqs": args.decode_max_num_seqs,
-            "min_prefill_tokens": args.disagg_min_prefill_tokens}
+            "min_prefill_tokens": args.disagg_min_prefill_tokens, **queue}
 
 
 def _kv_cache_bytes(args: argparse.Namespace) -> float | None:

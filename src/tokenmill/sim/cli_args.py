@@ -191,6 +191,9 @@ def _add_disagg_args(g) -> None:
                         "a prompt whose part its decode replica does not cache is shorter than N, or nothing, is "
                         "computed there (default: every prompt to the prefill pool, as published disaggregated "
                         "runs; give 256 for tokenmill serve's default)")
+    g.add_argument("--disagg-max-prefill-queue", type=int, default=None, metavar="N",
+                   help="with --disagg-min-prefill-tokens: when the prefill replicas have N prefills each in "
+                        "flight, new prompts are computed on their decode replica (default 4, as tokenmill serve)")
 
 
 def _add_scheduling_args(g) -> None:

@@ -44,6 +44,7 @@ its replicas cache what they imported, and the local ones as plain requests.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -73,6 +74,9 @@ class PoolSplit:
     """Our cluster's rule (``tokenmill serve --disagg-min-prefill-tokens``): prompts whose part the
     decode replica does not cache is shorter than this, or nothing, are computed there; None: every
     prompt goes to the prefill pool (module docstring)."""
+    max_prefill_queue: int = 4
+    """With the rule: the prefills in flight per prefill replica at which new prompts are computed on
+    their decode replica too (``tokenmill serve --disagg-max-prefill-queue``, the same default)."""
 
     def __post_init__(self) -> None:
         if self.prefill_replicas < 1 or self.decode_replicas < 1:
@@ -82,6 +86,8 @@ class PoolSplit:
             raise ValueError(f"--decode-max-num-seqs: must be >= 1, got {self.decode_max_num_seqs}")
         if self.min_prefill_tokens is not None and self.min_prefill_tokens < 0:
             raise ValueError(f"--disagg-min-prefill-tokens: must be >= 0, got {self.min_prefill_tokens}")
+        if self.max_prefill_queue < 1:
+            raise ValueError(f"--disagg-max-prefill-queue: must be >= 1, got {self.max_prefill_queue}")
 
     @property
     def replicas(self) -> int:
@@ -121,13 +127,12 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
         busy[:] += (result.busy_s, result.prefill_busy_s)
         return result
 
-    def prefill_all(ids: np.ndarray) -> np.ndarray:
-        """First-token times of ``ids``' prompts computed on the prefill pool."""
-        return simulate_routed([replace(requests[i], output_tokens=1) for i in ids], split.prefill_replicas,
-                               prefill.step_time, prefill.config).first_token_s
+    def first_pass() -> tuple[np.ndarray, np.ndarray]:
+        firsts = simulate_routed([replace(r, output_tokens=1) for r in requests], split.prefill_replicas,
+                                 prefill.step_time, prefill.config).first_token_s
+        return firsts, firsts + np.array([transfer_s(r.prompt_tokens) for r in requests])
 
-    local = _kept_local(requests, split, block, lambda: prefill_all(np.arange(n)) + np.array(
-        [transfer_s(r.prompt_tokens) for r in requests]))
+    local = _kept_local(requests, split, block, first_pass)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     remote = np.flatnonzero(~local)
     if remote.size:
@@ -165,21 +170,29 @@ def _whole_blocks(cached: int, prompt: int, block: int) -> int:
 def _kept_local(requests: list[SimRequest], split: PoolSplit, block: int,
                 handoffs: Callable[[], np.ndarray]) -> np.ndarray:
     """Which requests the rule keeps on their decode replica (``split.min_prefill_tokens``; none when
-    None). ``handoffs()``: when each request's KV would land on the decode pool were every prompt sent
-    (the first pass), from which on its prefix group counts as cached there."""
+    None): short or cached there, or arriving when the prefill replicas have ``max_prefill_queue``
+    prefills each in flight (sent and not yet at their first token). ``handoffs()``: each request's
+    first token and the moment its KV would land on the decode pool were every prompt sent (the first
+    pass); a prefix group counts as cached from the earliest landing of a request of it."""
     n = len(requests)
     if split.min_prefill_tokens is None:
         return np.zeros(n, dtype=bool)
-    landed = handoffs()
+    firsts, landed = handoffs()
     since: dict[int, float] = {}  # prefix group -> the earliest hand-off of a request of it so far
+    in_flight: list[float] = []  # a heap of the sent prompts' first tokens
     local = np.zeros(n, dtype=bool)
     for i in np.argsort([r.arrival_s for r in requests], kind="stable").tolist():
         r = requests[i]
+        while in_flight and in_flight[0] <= r.arrival_s:
+            heapq.heappop(in_flight)
         held = r.cached_tokens
         if r.prefix_group >= 0 and since.get(r.prefix_group, math.inf) <= r.arrival_s:
             held = max(held, r.prefix_tokens)
         uncached = r.prompt_tokens - min(held, r.prompt_tokens) // block * block
-        local[i] = uncached < max(split.min_prefill_tokens, 1)
+        local[i] = (uncached < max(split.min_prefill_tokens, 1)
+                    or len(in_flight) >= split.max_prefill_queue * split.prefill_replicas)
+        if not local[i]:
+            heapq.heappush(in_flight, float(firsts[i]))
         if r.prefix_group >= 0:
             since[r.prefix_group] = min(since.get(r.prefix_group, math.inf), float(landed[i]))
     return local
@@ -205,6 +218,6 @@ def split_figures(d: Deployment, decode_blocks: int | None) -> dict:
     """``d``'s disaggregated split as ``--json`` reports it: replicas per pool and the decode replicas' own
     layout, batch limit and KV blocks (the prefill replicas' are the config's top-level fields)."""
     return {"prefill_replicas": d.disagg.prefill_replicas, "decode_replicas": d.disagg.decode_replicas,
-            "min_prefill_tokens": d.disagg.min_prefill_tokens,
+            "min_prefill_tokens": d.disagg.min_prefill_tokens, "max_prefill_queue": d.disagg.max_prefill_queue,
             "decode": {**asdict(d.decode_parallel), "max_num_seqs": d.decode_max_num_seqs,
                        "kv_blocks_per_replica": decode_blocks}}
