@@ -54,6 +54,7 @@ import numpy as np
 
 from tokenmill.sim.cost import Parallel, kv_bytes_per_token
 from tokenmill.sim.hardware import Hardware
+from tokenmill.sim.prefix_cache import whole_block_hits
 from tokenmill.sim.routed import simulate_routed
 from tokenmill.sim.serving import SimConfig, SimRequest, StepTime
 from tokenmill.sim.sim_result import SimResult
@@ -154,17 +155,11 @@ def simulate_disagg(requests: list[SimRequest], split: PoolSplit, prefill: Pool,
         first[kept], finish[kept] = decoded.first_token_s[rest.size:], decoded.finish_s[rest.size:]
         # The engine counts a prefix lookup where a prompt is computed: an import is none (a preempted
         # import's readmission aside).
-        totals[5:] -= (sum(_whole_blocks(r.cached_tokens, r.prompt_tokens, block) for r in moved),
+        totals[5:] -= (sum(int(whole_block_hits(r.cached_tokens, r.prompt_tokens, block)) for r in moved),
                        sum(r.prompt_tokens for r in moved))
     steps, preemptions, seqs, tokens, prefill_steps, hits, lookups = (int(v) for v in totals)
     return SimResult(arrival, first, finish, outputs.copy(), steps, preemptions, seqs, tokens, float(busy[0]),
                      hits, lookups, prefill_steps, float(busy[1]))
-
-
-def _whole_blocks(cached: int, prompt: int, block: int) -> int:
-    """A hit of ``cached`` tokens as a replica admits it: whole blocks, leaving at least one token."""
-    blocks = cached // block
-    return (blocks - 1 if blocks * block >= prompt else blocks) * block
 
 
 def _kept_local(requests: list[SimRequest], split: PoolSplit, block: int,

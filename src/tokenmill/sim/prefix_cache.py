@@ -24,6 +24,13 @@ from collections import deque
 import numpy as np
 
 
+def whole_block_hits(hit, prompt, block_size: int):
+    """Prefix hits as a replica admits them (KVCacheManager.find_prefix): rounded down to whole blocks,
+    each leaving at least one prompt token to compute. Arrays or ints alike."""
+    blocks = hit // block_size
+    return np.where(blocks * block_size >= prompt, blocks - 1, blocks) * block_size
+
+
 class SharedPrefixes:
     def __init__(self, num_blocks: int, groups: int):
         self.queue: deque[list[int]] = deque([[-1, num_blocks]])
@@ -106,10 +113,7 @@ class PrefixHits:
     block count ``free`` and its ``prefixes`` (a SharedPrefixes, None without shared prefixes)."""
 
     def _whole_blocks(self, hit: np.ndarray, r: np.ndarray | int = slice(None)) -> np.ndarray:
-        """Hits rounded down to whole blocks, each leaving at least one prompt token to compute."""
-        bs = self.cfg.block_size
-        blocks = hit // bs
-        return np.where(blocks * bs >= self.prompt[r], blocks - 1, blocks) * bs
+        return whole_block_hits(hit, self.prompt[r], self.cfg.block_size)
 
     def prefix_hit(self, r: int) -> int:
         """Prompt tokens request ``r`` finds cached here now (its own hit or its shared prefix's)."""
