@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from _sim_cli import sim_args
 
-from tokenmill.sim.cli import cmd_sim, parse_disagg
+from tokenmill.sim.cli import cmd_sim
 from tokenmill.sim.cost import Parallel
 from tokenmill.sim.disagg import Pool, PoolSplit, simulate_disagg
+from tokenmill.sim.disagg_flags import parse_disagg
 from tokenmill.sim.hardware import get_hardware
 from tokenmill.sim.models import get_model
 from tokenmill.sim.predict import Deployment, Workload, predict
@@ -122,6 +123,45 @@ def test_search_with_splits_tries_disaggregated_candidates():
         cmd_sim(sim_args("--model", "llama3.1-8b", "--disagg", "auto"))
 
 
+def test_search_splits_apply_the_rule(capsys, monkeypatch):
+    """--search --disagg auto --disagg-min-prefill-tokens N: every split the search tries applies our
+    cluster's rule. At N above every prompt, the 1:1 split computes each prompt on its decode replica
+    beside the decodes, its prefill replica idle: the first tokens come later and the run is slower than
+    with every prompt sent."""
+    import tokenmill.sim.search as search_module
+    from tokenmill.sim.search import search
+
+    arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
+    base = Deployment(2, Parallel(), "fp8")
+    w = Workload("offline", 128, 16, num_requests=20)
+
+    def split_run(**kwargs):
+        found = search(arch, hw, base, w, splits=True, seq_choices=(32,), **kwargs)
+        return next(c for c in found if c.disagg is not None)
+
+    kept = split_run(split_rule={"min_prefill_tokens": 256, "max_prefill_queue": 2})
+    sent = split_run()
+    assert kept.disagg == PoolSplit(1, 1, min_prefill_tokens=256, max_prefill_queue=2)
+    assert sent.disagg == PoolSplit(1, 1)
+    assert kept.figures["ttft_ms"]["p99"] > 1.5 * sent.figures["ttft_ms"]["p99"]
+    assert kept.figures["tokens_per_s"] < sent.figures["tokens_per_s"]
+    argv = ("--model", "llama3.1-8b", "--hardware", "h100", "--num-gpus", "2", "--isl", "128", "--osl", "16",
+            "--num-requests", "20", "--search", "--disagg", "auto")
+    tried = []
+    real_predict = search_module.predict
+    monkeypatch.setattr(search_module, "predict", lambda arch, hw, d, *a, **k: (
+        tried.append(d.disagg), real_predict(arch, hw, d, *a, **k))[1])
+    assert cmd_sim(sim_args(*argv, "--disagg-min-prefill-tokens", "256", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["tokens_per_s_per_gpu"] > 0
+    assert PoolSplit(1, 1, min_prefill_tokens=256) in tried and PoolSplit(1, 1) not in tried
+    for extra, message in [(("--decode-tp", "2"), "--decode-tp: only with --disagg P:D and no --search"),
+                           (("--disagg-max-prefill-queue", "2"), "only with --disagg-min-prefill-tokens")]:
+        with pytest.raises(ValueError, match=message):
+            cmd_sim(sim_args(*argv, *extra))
+    with pytest.raises(ValueError, match="--disagg-min-prefill-tokens: only with --disagg P:D"):
+        cmd_sim(sim_args("--model", "llama3.1-8b", "--search", "--disagg-min-prefill-tokens", "0"))
+
+
 def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypatch):
     """Candidates whose Offline figure (x BOUND_MARGIN) is below the best Server
     figure are skipped; the best is the one an unpruned search finds, and every
@@ -129,20 +169,20 @@ def test_server_search_pruned_by_the_offline_bound_finds_the_same_best(monkeypat
     import tokenmill.sim.search as search_module
     from tokenmill.sim.search import num_candidates, search
 
-    monkeypatch.setattr(search_module, "SEQ_CHOICES", (32, 256))  # 14 candidates: a short test
+    seqs = (32, 256)  # 14 candidates: a short test
     arch, hw = get_model("llama3.1-8b"), get_hardware("h100")
     base = Deployment(8, Parallel(), "fp8")  # TP 1, 2, 4, 8 and TP 1, 2, 4 x PP 2: the wide ones far behind
     w = Workload("server", 512, 64, num_requests=24)
     pruned: list = []
-    found = search(arch, hw, base, w, pruned=pruned)
-    assert pruned and len(found) + len(pruned) == num_candidates(arch, hw, 8)
+    found = search(arch, hw, base, w, pruned=pruned, seq_choices=seqs)
+    assert pruned and len(found) + len(pruned) == num_candidates(arch, hw, 8, num_seq_choices=2) == 14
     assert max(c.score for c in pruned) * search_module.BOUND_MARGIN < found[0].score
     offline = {(c.parallel, c.pipeline_parallel, c.max_num_seqs): c.score
-               for c in search(arch, hw, base, Workload("offline", 512, 64, num_requests=24))}
+               for c in search(arch, hw, base, Workload("offline", 512, 64, num_requests=24), seq_choices=seqs)}
     assert all(c.score <= offline[(c.parallel, c.pipeline_parallel, c.max_num_seqs)] for c in found)
     monkeypatch.setattr(search_module, "BOUND_MARGIN", float("inf"))  # nothing pruned
-    everything = search(arch, hw, base, w)
-    assert len(everything) == num_candidates(arch, hw, 8)
+    everything = search(arch, hw, base, w, seq_choices=seqs)
+    assert len(everything) == 14
     assert found[0].figures == everything[0].figures
 
 

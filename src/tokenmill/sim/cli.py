@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from tokenmill.sim.cli_args import DEFAULT_NUM_REQUESTS
+from tokenmill.sim.disagg_flags import decode_pool, parse_disagg, split_rule
 from tokenmill.sim.draws import check_draws, draws_table
 from tokenmill.sim.hardware import get_hardware, with_tile_rule
 from tokenmill.sim.jobs import check_jobs
@@ -88,7 +89,9 @@ def _figures(arch, hw, deployment, workload, args: argparse.Namespace, choose: b
     from tokenmill.sim.scenario_run import peak_search_bar
 
     if args.search:
-        return _search(arch, hw, deployment, workload, splits=args.disagg == "auto", jobs=args.jobs)
+        splits = args.disagg == "auto"
+        return _search(arch, hw, deployment, workload, splits=splits, jobs=args.jobs,
+                       rule=split_rule(args) if splits else None)
     if choose:
         deployment, figures = choose_layout(arch, hw, deployment, workload, jobs=args.jobs)
         if args.draws == 1:
@@ -132,7 +135,8 @@ def _deployment(args: argparse.Namespace, hw, kernels: str):
     if args.stream_interval != 1 and args.host_stream_rate is None:
         raise ValueError("--stream-interval: only matters with --host-stream-rate (the responses/s the host "
                          "handles); without it every token is seen when its step ends")
-    split = None if search_splits else parse_disagg(args.disagg, _decode_pool(args, parallel))
+    pool = decode_pool(args, parallel)  # checks the --decode-* and rule flags in every mode
+    split = None if search_splits else parse_disagg(args.disagg, pool)
     devices = split.devices(parallel) if split else parallel.devices * stages
     return Deployment(args.num_gpus or devices, parallel, args.precision or hw.default_precision,
                       args.max_num_seqs, args.max_num_batched_tokens, mtp_depth=args.mtp,
@@ -235,39 +239,6 @@ def _lengths(args: argparse.Namespace) -> tuple[int, int, int | None]:
     return isl, args.osl or osl, osl_max
 
 
-_DECODE_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp", "decode_max_num_seqs", "disagg_min_prefill_tokens",
-                 "disagg_max_prefill_queue")
-_LAYOUT_FLAGS = ("decode_tp", "decode_ep", "decode_attention_dp")
-
-
-def _decode_pool(args: argparse.Namespace, parallel) -> dict:
-    """The --decode-* and --disagg-* rule flags as PoolSplit fields (empty when none is given);
-    ValueError naming a flag given without --disagg P:D (the queue limit: without the rule too) or with
-    an impossible value."""
-    given = [f for f in _DECODE_FLAGS if getattr(args, f, None) is not None]
-    if not given:
-        return {}
-    flag = "--" + given[0].replace("_", "-")
-    if not args.disagg or args.disagg == "auto" or args.search:
-        raise ValueError(f"{flag}: only with --disagg P:D and no --search (the search tries one layout and "
-                         "sends every prompt to the prefill pool)")
-    if args.disagg_max_prefill_queue is not None and args.disagg_min_prefill_tokens is None:
-        raise ValueError("--disagg-max-prefill-queue: only with --disagg-min-prefill-tokens (the rule it is part of)")
-    from tokenmill.sim.cost import Parallel
-
-    layout = None
-    if any(f in _LAYOUT_FLAGS for f in given):
-        attention_dp = parallel.attention_dp if args.decode_attention_dp is None else args.decode_attention_dp
-        try:
-            layout = Parallel(parallel.tp if args.decode_tp is None else args.decode_tp,
-                              parallel.ep if args.decode_ep is None else args.decode_ep, attention_dp)
-        except ValueError as e:
-            raise ValueError(f"--decode-tp/--decode-ep: {e}") from None
-    queue = {} if args.disagg_max_prefill_queue is None else {"max_prefill_queue": args.disagg_max_prefill_queue}
-    return {"decode_parallel": layout, "decode_max_num_seqs": args.decode_max_num_seqs,
-            "min_prefill_tokens": args.disagg_min_prefill_tokens, **queue}
-
-
 def _kv_cache_bytes(args: argparse.Namespace) -> float | None:
     if args.kv_cache_memory_gib is None:
         return None
@@ -298,23 +269,6 @@ def parse_adp_balance(args: argparse.Namespace) -> tuple[int, int] | None:
     if not (sep and wait.isdigit() and timeout.isdigit()):
         raise ValueError(f"--adp-balance: expected WAIT:TIMEOUT steps (e.g. 3:9), got {text!r}")
     return int(wait), int(timeout)
-
-
-def parse_disagg(text: str | None, decode: dict | None = None):
-    """``--disagg P:D`` -> PoolSplit (None when not given), with ``decode``'s PoolSplit fields
-    (the decode replicas' own layout and batch limit); ValueError naming the flag."""
-    if text is None:
-        return None
-    from tokenmill.sim.disagg import PoolSplit
-
-    try:
-        prefill, decode_replicas = (int(v) for v in text.split(":"))
-    except ValueError:
-        raise ValueError(f"--disagg: expected P:D (prefill and decode replicas, e.g. 1:3), got {text!r}") from None
-    try:
-        return PoolSplit(prefill, decode_replicas, **(decode or {}))
-    except ValueError as e:
-        raise ValueError(f"--disagg: {e}") from None
 
 
 def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
@@ -358,9 +312,10 @@ def _replay(arch, hw, deployment, workload, args: argparse.Namespace) -> int:
     return 0
 
 
-def _search(arch, hw, deployment, workload, splits: bool = False, jobs: int = 1) -> dict:
+def _search(arch, hw, deployment, workload, splits: bool = False, jobs: int = 1, rule: dict | None = None) -> dict:
     """The best candidate's figures, with the ten best under "searched" and the
-    count of candidates a peak search skipped by their Offline bound."""
+    count of candidates a peak search skipped by their Offline bound (``rule``: each split's, search.search's
+    ``split_rule``)."""
     from tqdm import tqdm
 
     from tokenmill.sim.search import progress_steps, search, searched_figures
@@ -368,7 +323,8 @@ def _search(arch, hw, deployment, workload, splits: bool = False, jobs: int = 1)
     pruned: list = []
     with tqdm(total=progress_steps(arch, hw, deployment.num_gpus, workload, splits), desc="Searching deployments",
               unit="step", leave=False) as bar:
-        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned, jobs=jobs)
+        found = search(arch, hw, deployment, workload, progress=bar.update, splits=splits, pruned=pruned, jobs=jobs,
+                       split_rule=rule)
     if not found:
         raise ValueError(f"--num-gpus: no layout of {deployment.num_gpus} x {hw.name} holds the model's weights")
     return searched_figures(found, pruned)

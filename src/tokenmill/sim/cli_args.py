@@ -187,10 +187,11 @@ def _add_disagg_args(g) -> None:
     g.add_argument("--decode-max-num-seqs", type=int, default=None, metavar="N",
                    help="with --disagg P:D: batch limit of each decode replica (default --max-num-seqs)")
     g.add_argument("--disagg-min-prefill-tokens", type=int, default=None, metavar="N",
-                   help="with --disagg P:D: our cluster's rule, as `tokenmill serve --disagg-min-prefill-tokens`: "
-                        "a prompt whose part its decode replica does not cache is shorter than N, or nothing, is "
-                        "computed there (default: every prompt to the prefill pool, as published disaggregated "
-                        "runs; give 256 for tokenmill serve's default)")
+                   help="with --disagg P:D (or --search --disagg auto: every split it tries): our cluster's "
+                        "rule, as `tokenmill serve --disagg-min-prefill-tokens`: a prompt whose part its decode "
+                        "replica does not cache is shorter than N, or nothing, is computed there (default: every "
+                        "prompt to the prefill pool, as published disaggregated runs; give 256 for tokenmill "
+                        "serve's default)")
     g.add_argument("--disagg-max-prefill-queue", type=int, default=None, metavar="N",
                    help="with --disagg-min-prefill-tokens: when the prefill replicas have N prefills each in "
                         "flight, new prompts are computed on their decode replica (default 4, as tokenmill serve)")

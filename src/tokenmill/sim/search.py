@@ -20,7 +20,9 @@ Layouts whose weights do not fit are skipped.
 With ``splits`` (``--search --disagg auto``), each layout of two or more
 replicas is also tried disaggregated (sim/disagg.py), with the prefill pool
 taking each of ``PREFILL_SHARES`` of the replicas (rounded, at least one
-replica per pool).
+replica per pool), every prompt sent to the prefill pool unless ``split_rule``
+gives our cluster's rule (``--disagg-min-prefill-tokens``, ``--disagg-max-prefill-queue``),
+which each split then applies.
 
 Server and Interactive searches are pruned by a bound: a candidate's peak
 QPS search costs several simulations, its Offline run one (over every
@@ -113,26 +115,28 @@ def pipeline_layouts(arch, hw: Hardware, num_gpus: int) -> list[tuple[Parallel, 
     return out
 
 
-def pool_splits(replicas: int) -> list[PoolSplit | None]:
-    """Aggregated (None), then each prefill share of ``replicas`` as a P:D split."""
+def pool_splits(replicas: int, rule: dict | None = None) -> list[PoolSplit | None]:
+    """Aggregated (None), then each prefill share of ``replicas`` as a P:D split, each with ``rule``'s
+    PoolSplit fields (``min_prefill_tokens``, ``max_prefill_queue``: our cluster's rule) where given."""
     prefill = sorted({min(replicas - 1, max(1, round(replicas * f))) for f in PREFILL_SHARES}) if replicas > 1 else []
-    return [None] + [PoolSplit(p, replicas - p) for p in prefill]
+    return [None] + [PoolSplit(p, replicas - p, **(rule or {})) for p in prefill]
 
 
 def search(arch, hw: Hardware, base: Deployment, workload: Workload,
            progress: Callable[[int], None] | None = None, splits: bool = False,
            pruned: list[Candidate] | None = None, seq_choices: tuple[int, ...] = SEQ_CHOICES,
-           jobs: int = 1) -> list[Candidate]:
+           jobs: int = 1, split_rule: dict | None = None) -> list[Candidate]:
     """Every candidate simulated, best first. ``base`` gives the GPU count,
     precision, token budget and MTP settings; ``splits`` also tries the
-    disaggregated splits; ``seq_choices`` are the batch limits tried (per device
-    under attention DP); ``progress(n)`` is called as the search advances, n
+    disaggregated splits, each applying ``split_rule`` (``pool_splits``); ``seq_choices`` are the
+    batch limits tried (per device under attention DP); ``progress(n)`` is called as the search advances, n
     of ``progress_steps`` at a time (a peak search: each candidate's bound, then
     its peak search or its skip). Candidates skipped by the Offline bound (Server
     and Interactive peak searches) are appended to ``pruned`` when given, with
     their Offline figures. ``jobs``: processes (module docstring; the same answer)."""
     peak_search = is_peak_search(workload)
-    runs = list(_candidates(arch, hw, base, progress, splits, seq_choices, 2 if peak_search else 1))
+    rule = (split_rule or {}) if splits else None
+    runs = list(_candidates(arch, hw, base, progress, rule, seq_choices, 2 if peak_search else 1))
     if not peak_search:
         return sorted(_evaluate(arch, hw, runs, workload, progress, jobs), key=lambda c: -c.score)
     offline = replace(workload, scenario="offline", duration_s=None)  # a bound and an order: one short run each
@@ -195,12 +199,14 @@ def candidate_deployment(base: Deployment, c: Candidate) -> Deployment:
                    pipeline_parallel=c.pipeline_parallel)
 
 
-def _candidates(arch, hw: Hardware, base: Deployment, progress, splits: bool, seq_choices: tuple[int, ...],
-                steps_each: int):
-    """(Candidate without figures, its deployment) for every candidate whose weights fit."""
+def _candidates(arch, hw: Hardware, base: Deployment, progress, split_rule: dict | None,
+                seq_choices: tuple[int, ...], steps_each: int):
+    """(Candidate without figures, its deployment) for every candidate whose weights fit; ``split_rule``:
+    None to try no split, else the rule each disaggregated split applies (empty: every prompt sent)."""
     for parallel, pp in pipeline_layouts(arch, hw, base.num_gpus):
         trial = replace(base, parallel=parallel, disagg=None, pipeline_parallel=pp)
-        options = pool_splits(base.num_gpus // parallel.devices) if splits and pp == 1 else [None]
+        splits = split_rule is not None and pp == 1
+        options = pool_splits(base.num_gpus // parallel.devices, split_rule) if splits else [None]
         try:
             check_deployment(arch, hw, trial)
         except ValueError:  # weights do not fit this layout
