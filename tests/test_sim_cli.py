@@ -198,6 +198,7 @@ def test_calibrate_writes_a_profile_that_predicts(tmp_path, monkeypatch, capsys)
     assert 0 < profile["efficiency"]["kv_read"] <= 1
     assert profile["default_precision"] == "fp32" and "dummy:tiny in fp32" in profile["sources"][0]
     assert profile["kv_cache_bytes"] > 0  # the engine's own default cache, not the machine's memory
+    assert profile["machine"]["device"] == "cpu" and profile["machine"]["cpus"] >= 1  # sim/machine_id.py
     assert main(["sim", "--hardware", "this-machine", "--model", "dummy:tiny", "--json", *SMALL]) == 0
     f = json.loads(capsys.readouterr().out)
     assert f["config"]["hardware"] == "this-machine" and f["tokens_per_s"] > 0

@@ -32,7 +32,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -41,6 +40,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tokenmill.sim.hardware import Efficiency, Hardware
+from tokenmill.sim.machine_id import cpu_fingerprint, gpu_fingerprint, warn_if_other_machine
 
 PROFILE_DIR = Path(os.environ.get("TOKENMILL_CACHE", Path.home() / ".cache" / "tokenmill")) / "sim"
 THIS_MACHINE = "this-machine"
@@ -103,20 +103,20 @@ def load_profile(name: str = THIS_MACHINE, flag: str = "--hardware") -> Hardware
         named = "" if name == THIS_MACHINE else f" --profile {name}"
         raise ValueError(f"{flag}: no {name} profile at {path}; run `tokenmill sim calibrate{named}` first")
     d = json.loads(path.read_text())
+    warn_if_other_machine(name, d.pop("machine", None))  # where calibrate recorded it
     # Profiles written before routed experts had their own stream rate stream them as the rest.
     d.setdefault("efficiency", {}).setdefault("expert_stream", None)
     d["efficiency"].setdefault("upcast_expert_gemm", None)  # nor their own upcast GEMM rate
     return Hardware.from_dict(d)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+def _machine(device) -> dict:
+    """The machine the profile priced (sim/machine_id.py), recorded in its file."""
+    if device.type == "cuda":
+        import torch
+
+        return gpu_fingerprint(torch.cuda.get_device_name(device))
+    return cpu_fingerprint()
 
 
 def measure_peaks(dtype, device) -> tuple[float, float]:
@@ -340,10 +340,11 @@ def calibrate(dtype_name: str = "auto", num_threads: int | None = None, device: 
     served = _served_engine(dtype_name, num_threads, device, model, engine)
     try:
         profile, points, error, priced = _calibrate(served, model, name, tuple(prefill_tokens))
+        machine = _machine(served.engine.core.device)
     finally:
         served.shutdown()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(profile.to_dict(), indent=2))
+    path.write_text(json.dumps({**profile.to_dict(), "machine": machine}, indent=2))
     return profile, points, error, priced
 
 
@@ -420,7 +421,8 @@ def _calibrate(served, model: str | None, name: str,
     else:
         memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
         price, interconnect = DEFAULT_PRICE_PER_HOUR, bw
-        source = f"{_cpu_name()}, {torch.get_num_threads()} threads, {what}, attention {core.attention_backend}, " \
+        cpu = cpu_fingerprint()["cpu"]
+        source = f"{cpu}, {torch.get_num_threads()} threads, {what}, attention {core.attention_backend}, " \
                  f"fused ops {core.fused_ops}, linears {core.linear_backend}, {core.decoder_loop} decoder loop"
     base = Hardware(name=name, memory_bytes=memory, memory_bw=bw, flops={precision: flops},
                     interconnect_bw=interconnect, scale_up_size=1, scale_out_bw=1e9, default_precision=precision,

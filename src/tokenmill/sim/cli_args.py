@@ -29,8 +29,9 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=("predict", "calibrate", "validate"), default="predict",
                         help="predict (default): simulate the deployment below; calibrate: measure this machine "
                              "(microbenchmarks and the engine's step times, on --device) and write the "
-                             "this-machine profile; validate: simulate every published result the simulator "
-                             "can express (sim/published.py) and print simulated vs published "
+                             "this-machine profile, which records the CPU it priced (predict warns when it loads "
+                             "one calibrated on another kind of CPU); validate: simulate every published result "
+                             "the simulator can express (sim/published.py) and print simulated vs published "
                              "(--num-requests per replica and batch size; --model: only that model's rows; "
                              "--suite; --jobs; --out; --json; --latency: the published Server runs' TPOT "
                              "and TTFT at their own rates instead)")
