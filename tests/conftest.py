@@ -42,6 +42,20 @@ def pytest_terminal_summary(terminalreporter, config):
         histogram = ", ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
         terminalreporter.write_line(f"server fuzz: {sum(counts.values())} requests by status ({histogram})")
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Each test leaves torch's thread count as it found it. An engine built with ``num_threads``
+    sets it for the whole process (engine/core.py), and the in-process engines of test_cluster.py
+    and others ask for one thread: before this fixture every later test in the session ran torch on
+    one of the two cores, and engine-heavy tests took 1.5-2x as long as when run alone."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 SERVER_START_TIMEOUT_S = 180
 API_KEY = "test-secret-key"
 
