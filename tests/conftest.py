@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections import Counter
 import sys
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, settings
 
 # Model-level fixtures live in _reference.py; importing them here makes them
 # conftest fixtures, so every module shares one session instance of each.
 from _reference import fp32_engine, hf_reference  # noqa: F401  (fixtures)
+from hypothesis import HealthCheck, settings
 
 # Property-based tests: a small example count by default (the suite stays fast);
 # `pytest --hypothesis-profile=long tests/test_fuzz_server.py tests/test_sampler_fuzz.py`
