@@ -1,9 +1,9 @@
 """Which machine a calibrated profile priced: ``tokenmill sim calibrate`` records it in the
 profile, and loading a CPU profile on another kind of CPU warns once per process.
 
-A profile fitted on one CPU prices another's steps by that first CPU's rates: between two
+A profile fitted on one CPU prices another's steps by that first CPU's rates: between
 sessions of this project the VM's CPU changed from an AVX2 EPYC to Xeons with and without
-AVX512-BF16 and AMX, whose step times differ by up to 2x, while the profile file stayed in
+AVX512-BF16 and AMX, whose kernels take other paths, while the profile file stayed in
 ``~/.cache``. The fingerprint is what decides the kernels' speed and says nothing private: the
 vendor, family, model and model name from /proc/cpuinfo, the instruction-set extensions our CPU
 kernels and torch's dispatch on (``ISA_FLAGS``), and the CPUs this process may run on. A GPU
