@@ -42,6 +42,7 @@ def pytest_terminal_summary(terminalreporter, config):
         histogram = ", ".join(f"{status}: {n}" for status, n in sorted(counts.items()))
         terminalreporter.write_line(f"server fuzz: {sum(counts.values())} requests by status ({histogram})")
 
+
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():
     """Each test leaves torch's thread count as it found it. An engine built with ``num_threads``
