@@ -211,29 +211,41 @@ def measure_served_steps(engine, batches=DECODE_BATCHES, repeats: int = 12, roun
 async def _serve(engine, prompts: list[list[int]], max_tokens: int, late: list[list[int]]) -> None:
     """On ``engine`` (an AsyncEngine): ``prompts`` each decode ``max_tokens``
     tokens; each of ``late`` (one token each) arrives once every one of them has
-    its second token, so that its prefill shares a step with their decodes."""
+    its second token, so that its prefill shares a step with their decodes.
+    With ``late``, the decodes go on past ``max_tokens`` until every late prompt
+    is answered, then are aborted: the engine thread steps on while this loop
+    hands out outputs, and in a busy process (the test suite) the loop fell
+    more than 12 steps behind, so the decodes had ended before the late prompt
+    came in and the step beside them was never taken."""
     import asyncio
+    import contextlib
 
     from tokenmill.sampling_params import SamplingParams
 
-    decoding, started = asyncio.Event(), [0]
+    decoding, answered, started = asyncio.Event(), asyncio.Event(), [0]
 
     async def one(prompt: list[int], tokens: int, watched: bool) -> None:
-        got = 0
-        async for out in engine.generate(prompt, SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)):
-            got += len(out.new_token_ids)
-            if watched and got >= 2 > got - len(out.new_token_ids):
-                started[0] += 1
-                if started[0] == len(prompts):
-                    decoding.set()
+        got, until_answered = 0, watched and bool(late)
+        budget = min(engine.max_model_len - len(prompt), tokens + 1024) if until_answered else tokens
+        params = SamplingParams(max_tokens=budget, temperature=0.0, ignore_eos=True)
+        async with contextlib.aclosing(engine.generate(prompt, params)) as outputs:
+            async for out in outputs:
+                got += len(out.new_token_ids)
+                if watched and got >= 2 > got - len(out.new_token_ids):
+                    started[0] += 1
+                    if started[0] == len(prompts):
+                        decoding.set()
+                if until_answered and got >= tokens and answered.is_set():
+                    break  # closing the stream aborts the request and frees its blocks
 
-    async def arrive(prompt: list[int]) -> None:
+    async def arrive() -> None:
         await decoding.wait()
-        await one(prompt, 1, False)
+        await asyncio.gather(*(one(p, 1, False) for p in late))
+        answered.set()
 
     if not prompts:
         decoding.set()
-    await asyncio.gather(*(one(p, max_tokens, True) for p in prompts), *(arrive(p) for p in late))
+    await asyncio.gather(*(one(p, max_tokens, True) for p in prompts), arrive())
 
 
 def fit_efficiency(arch, base: Hardware, precision: str, points: list[tuple[tuple[int, int], float]],
