@@ -289,9 +289,10 @@ def test_served_steps_are_timed_in_alternated_rounds():
     # then the long-context decodes, as the decode batches are.
     decodes, tokens = calibrate.MIXED_STEP
     cached_decodes, cached_tokens = calibrate.CACHED_STEP
+    beside = (calibrate.CONTEXT, 14 + calibrate.LATE_SLACK_TOKENS)  # decodes run on until the late prompt is answered
     one_round = [(calibrate.CONTEXT, 14)] * 4 + [(64, 1)] * 2 + [(256, 1)] * 2 + \
-        ([(calibrate.CONTEXT, 14)] * decodes + [(tokens, 1)]) * 2 + \
-        ([(calibrate.CACHED_CONTEXT, 1)] + [(calibrate.CONTEXT, 14)] * cached_decodes +
+        ([beside] * decodes + [(tokens, 1)]) * 2 + \
+        ([(calibrate.CACHED_CONTEXT, 1)] + [beside] * cached_decodes +
          [(calibrate.CACHED_CONTEXT + cached_tokens, 1)]) * 2 + \
         [(calibrate.LONG_CONTEXT, 14)] * calibrate.LONG_DECODE[0]
     assert calls == one_round * 2

@@ -64,6 +64,8 @@ one cost 2.99x the fitted profile's price in an Offline run and 1.11x at the med
 (docs/SIMULATOR.md "The lent H200"): no one cost per chunk explains both, so this step is timed and
 checked against the profile's price, not fitted."""
 CACHED_CONTEXT = 64
+LATE_SLACK_TOKENS = 1024
+"""Tokens the decodes beside a late prompt may run past theirs while it is answered (``_serve``)."""
 CONTEXT = 64  # prompt tokens of each decoding request
 LONG_DECODE = (4, 0)
 """(decodes, prefill tokens) of the calibrated decode step over long contexts: 4 requests whose
@@ -226,7 +228,7 @@ async def _serve(engine, prompts: list[list[int]], max_tokens: int, late: list[l
 
     async def one(prompt: list[int], tokens: int, watched: bool) -> None:
         got, until_answered = 0, watched and bool(late)
-        budget = min(engine.max_model_len - len(prompt), tokens + 1024) if until_answered else tokens
+        budget = min(engine.max_model_len - len(prompt), tokens + LATE_SLACK_TOKENS) if until_answered else tokens
         params = SamplingParams(max_tokens=budget, temperature=0.0, ignore_eos=True)
         async with contextlib.aclosing(engine.generate(prompt, params)) as outputs:
             async for out in outputs:
