@@ -43,18 +43,23 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"server fuzz: {sum(counts.values())} requests by status ({histogram})")
 
 
-@pytest.fixture(autouse=True)
-def _torch_threads_restored():
-    """Each test leaves torch's thread count as it found it. An engine built with ``num_threads``
-    sets it for the whole process (engine/core.py), and the in-process engines of test_cluster.py
-    and others ask for one thread: before this fixture every later test in the session ran torch on
-    one of the two cores, and engine-heavy tests took 1.5-2x as long as when run alone."""
+def _restore_torch_threads():
     import torch
 
     threads = torch.get_num_threads()
     yield
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+
+
+# An engine built with ``num_threads`` sets torch's thread count for the whole process
+# (engine/core.py), and the in-process engines of test_cluster.py, test_disagg.py and others ask
+# for one thread. Each test, and each module (whose fixtures may build such an engine before its
+# first test starts), leaves the count as it found it: before this, every test after such a
+# module ran torch on one of the two cores, and engine-heavy tests took up to 7x as long as alone.
+_torch_threads_restored = pytest.fixture(autouse=True, name="_torch_threads_restored")(_restore_torch_threads)
+_torch_threads_restored_per_module = pytest.fixture(autouse=True, scope="module",
+                                                    name="_torch_threads_restored_per_module")(_restore_torch_threads)
 
 
 SERVER_START_TIMEOUT_S = 180
