@@ -21,6 +21,8 @@ owns how its layer's tensor splits into parts (e.g. ``cache[:, 0]``, ``cache[:, 
 
 from __future__ import annotations
 
+import math
+import mmap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,10 +73,29 @@ def allocate_kv_caches(spec: KVCacheSpec, num_blocks: int, block_size: int, devi
     """One zeroed tensor per layer, each [num_blocks, num_parts, num_heads, block_size, head_dim].
     Zeroed, not empty: the torch decode path reads whole blocks and masks the
     unused tail only after its matmuls, where uninitialised memory holding a
-    NaN would leak through (NaN x 0 is NaN)."""
+    NaN would leak through (NaN x 0 is NaN).
+
+    On CPU the zeros come from the kernel, not from a memset: each layer is
+    an anonymous mapping, whose pages read as zero and are only backed by
+    memory when first written. Startup does not touch the whole cache (1 GiB
+    by default), resident memory grows with the blocks in use, and freeing
+    the tensor unmaps it at once."""
     if num_blocks < 1 or block_size < 1:
         raise ValueError(f"num_blocks and block_size: must be >= 1, got {num_blocks} and {block_size}")
+    shape = spec.layer_shape(num_blocks, block_size)
+    return [zeroed_cache(shape, device, dtype) for _ in range(spec.num_layers)]
+
+
+def zeroed_cache(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """One cache tensor of zeros; on CPU over its own private anonymous memory
+    mapping (see ``allocate_kv_caches``; private, because Python's default,
+    shared, would be shared memory, accounted apart from the process's own).
+    The tensor holds the mapping, which is unmapped when the tensor is freed."""
     import torch  # here, not at the top: the spec itself is read torch-free (`tokenmill sim`)
 
-    shape = spec.layer_shape(num_blocks, block_size)
-    return [torch.zeros(shape, device=device, dtype=dtype) for _ in range(spec.num_layers)]
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, device=device, dtype=dtype)
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    mapping = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    return torch.frombuffer(mapping, dtype=dtype, count=count).view(shape)

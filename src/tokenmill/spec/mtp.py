@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from tokenmill.engine.request import RequestStatus
+from tokenmill.model.kv_cache_spec import zeroed_cache
 from tokenmill.spec.draft_sampling import DraftSampler
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ class MTPDrafter:
         self.kv = kv
         self.k = num_speculative_tokens
         self.sampler = sampler
-        self.cache = torch.zeros_like(runner.kv_caches[0])
+        layer = runner.kv_caches[0]
+        self.cache = zeroed_cache(tuple(layer.shape), layer.device, layer.dtype)
         """The MTP block's latent cache layer: [num_blocks, 1, 1, block_size, latent]."""
         self.drafts: dict[str, tuple[list[int], list[torch.Tensor | None]]] = {}
         """Request id -> drafts for its next step, made by the last step that ran it, and
