@@ -3,6 +3,11 @@ the cos/sin table the attention layers index by position.
 
 We use the Hugging Face layout (rotate_half over two halves of head_dim); GGUF
 q/k weights are permuted back to it at load time.
+
+The tables are always computed on CPU (``device="cpu"`` on each arange) and
+moved by the caller: a model built on the meta device (loaders/common.py) would
+otherwise compute them with torch's Python reference kernels, whose first
+call imports torch._dynamo.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from tokenmill.model.yarn import yarn_mscale
 def inverse_frequencies(arch: ModelArch, freq_factors: torch.Tensor | None = None) -> torch.Tensor:
     """[head_dim // 2] float32 inverse frequencies after any rope scaling."""
     dim = arch.head_dim
-    inv_freq = 1.0 / (arch.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    inv_freq = 1.0 / (arch.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64, device="cpu") / dim))
     scaling = arch.rope_scaling or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind == "llama3":
@@ -49,7 +54,7 @@ def _llama3_scale(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
 
 def cos_sin_table(inv_freq: torch.Tensor, max_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin: [max_positions, head_dim] float32, halves duplicated (HF layout)."""
-    pos = torch.arange(max_positions, dtype=torch.float32)
+    pos = torch.arange(max_positions, dtype=torch.float32, device="cpu")
     freqs = torch.outer(pos, inv_freq)  # [max_positions, head_dim // 2]
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -65,7 +70,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 def default_frequencies(dim: int, base: float) -> torch.Tensor:
     """[dim // 2] float32 plain rope inverse frequencies, computed in float32 as HF's
     DeepSeek rotary embedding does (bit-identical tables)."""
-    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32, device="cpu") / dim))
 
 
 def yarn_frequencies(dim: int, base: float, params: dict, max_position_embeddings: int) -> tuple[torch.Tensor, float]:
@@ -92,8 +97,8 @@ def yarn_frequencies(dim: int, base: float, params: dict, max_position_embedding
     low, high = max(low, 0), min(high, dim - 1)
     if low == high:
         high += 0.001  # a zero-width ramp
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
-    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low), 0, 1)
+    pos_freqs = base ** (torch.arange(0, dim, 2, dtype=torch.float32, device="cpu") / dim)
     keep = 1 - ramp  # 1: extrapolate (keep the frequency), 0: interpolate (divide by factor)
     inv_freq = (1.0 / (factor * pos_freqs)) * (1 - keep) + (1.0 / pos_freqs) * keep
     return inv_freq, float(attention_factor)
