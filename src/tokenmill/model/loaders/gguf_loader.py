@@ -1,7 +1,8 @@
 """GGUF loader: metadata -> arch through the registry entry of the file's
-``general.architecture``, tensors dequantized with the ``gguf`` package to
-float32 and handed to the entry's weight map (which renames them and undoes
-llama.cpp's layout changes, see model/llama_weights.py)."""
+``general.architecture``, tensors dequantized to float32 (Q4_1 and Q8_0 by
+model/gguf_dequant.py, other block types by the ``gguf`` package) and handed
+to the entry's weight map (which renames them and undoes llama.cpp's layout
+changes, see model/llama_weights.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from tokenmill.model.gguf_dequant import dequantize_blocks, has_fast_path
 from tokenmill.model.gguf_file import gguf_file
 from tokenmill.model.loaders import LoadedModel
 from tokenmill.model.loaders.common import build_empty_model
@@ -39,11 +41,13 @@ def dequantize(tensor) -> torch.Tensor:
         if qtype == GGMLQuantizationType.BF16:
             return torch.from_numpy(data.view(np.int16).copy()).view(torch.bfloat16).float()
         return torch.from_numpy(np.array(data, dtype=np.float32))
+    shape = tuple(int(d) for d in reversed(tensor.shape))
+    if has_fast_path(qtype):
+        return dequantize_blocks(np.asarray(tensor.data), qtype).reshape(shape)
     try:
         arr = quants.dequantize(tensor.data, qtype)
     except NotImplementedError as exc:
         raise ValueError(f"tensor {tensor.name}: GGUF tensor type {qtype.name} is not supported") from exc
-    shape = tuple(int(d) for d in reversed(tensor.shape))
     return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32).reshape(shape))
 
 
