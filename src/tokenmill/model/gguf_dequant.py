@@ -20,8 +20,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-BLOCK = 32
-"""Weights per block in both layouts."""
 Q4_1, Q8_0 = 3, 8
 """Their GGMLQuantizationType values."""
 BLOCK_BYTES = {Q4_1: 20, Q8_0: 34}
