@@ -5,10 +5,10 @@ code and extreme scales; a byte count that is not whole blocks is refused."""
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType, quants
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 
 from tokenmill.model.embedded import embedded_gguf_path
-from tokenmill.model.gguf_dequant import BLOCK_BYTES, dequantize_blocks, has_fast_path
+from tokenmill.model.gguf_dequant import dequantize_blocks, has_fast_path
 from tokenmill.model.gguf_file import gguf_file
 
 
@@ -31,7 +31,7 @@ def test_embedded_model_tensors_match_the_package_bit_for_bit():
 @pytest.mark.parametrize("qtype", [3, 8], ids=["Q4_1", "Q8_0"])
 def test_every_code_and_extreme_scales_match(qtype):
     rng = np.random.default_rng(0)
-    size = BLOCK_BYTES[qtype]
+    size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)][1]
     blocks = rng.integers(0, 256, size=(512, size), dtype=np.uint8)
     blocks[:256, 2 if qtype == 8 else 4:] = np.arange(256, dtype=np.uint8).reshape(256, 1)  # every byte of codes
     scales = np.array([0.0, -0.0, 1.0, -2.5, 6.1e-5, 65504.0, -65504.0, 5.96e-8], dtype=np.float16)

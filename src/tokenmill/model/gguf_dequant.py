@@ -19,26 +19,25 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-Q4_1, Q8_0 = 3, 8
-"""Their GGMLQuantizationType values."""
-BLOCK_BYTES = {Q4_1: 20, Q8_0: 34}
+FAST_TYPES = (GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0)
 
 
 def has_fast_path(qtype: int) -> bool:
-    return int(qtype) in BLOCK_BYTES
+    return int(qtype) in FAST_TYPES
 
 
 def dequantize_blocks(raw: np.ndarray, qtype: int) -> torch.Tensor:
     """raw: the tensor's bytes (uint8, any shape whose rows are whole blocks)
     -> float32 [raw.size // block bytes * 32], the weights in file order."""
-    qtype = int(qtype)
-    size = BLOCK_BYTES[qtype]
+    qtype = GGMLQuantizationType(int(qtype))
+    _, size = GGML_QUANT_SIZES[qtype]  # (weights, bytes) per block
     if raw.dtype != np.uint8 or raw.size % size:
         raise ValueError(f"GGUF tensor data: {raw.size} bytes of {raw.dtype} is not whole {size}-byte blocks")
     blocks = torch.from_numpy(np.array(raw, copy=True).reshape(-1, size))  # a copy: the file's map is read-only
     d = blocks[:, 0:2].contiguous().view(torch.float16).float()  # [n, 1]
-    if qtype == Q8_0:
+    if qtype == GGMLQuantizationType.Q8_0:
         codes = blocks[:, 2:].view(torch.int8).float()  # [n, 32]
         return (codes * d).reshape(-1)
     m = blocks[:, 2:4].contiguous().view(torch.float16).float()  # [n, 1]
