@@ -1,6 +1,6 @@
 """The C++ int4_linear (kernels/csrc/int4_linear.cpp) against float64 references:
 the float-activation path against the dequantized weight, the int8-activation
-path (AVX512-VNNI builds) against the same arithmetic emulated in float64, both
+path (AVX512-VNNI and AVX2 builds) against the same arithmetic emulated in float64, both
 batch-invariant, in float32 and bf16, with bias, for widths that are not whole
 panels."""
 
@@ -10,10 +10,17 @@ import pytest
 import torch
 
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
-from tokenmill.kernels.int4_linear import dequantize_groupwise_int4, int4_pack, quantize_groupwise_int4
+from tokenmill.kernels.int4_linear import (
+    dequantize_groupwise_int4,
+    has_int8_activations,
+    int4_pack,
+    quantize_groupwise_int4,
+)
 
 kernels = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(kernels is None, reason="C++ kernels unavailable (no compiler)")
+INT8 = has_int8_activations(kernels)
+"""Whether this build has the int8-activations path (AVX512-VNNI or AVX2)."""
 SHAPES = [(48, 96), (40, 64), (576, 576), (200, 1536)]  # (N, K): N % 16 != 0 for 40 and 200
 
 
@@ -55,7 +62,7 @@ def test_float_activations_match_the_dequantized_weight(n, k, panels_per_block):
         torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.skipif(kernels is None or kernels.int4_linear_isa() != "avx512-vnni", reason="needs AVX512-VNNI")
+@pytest.mark.skipif(not INT8, reason="needs AVX512-VNNI or AVX2")
 @pytest.mark.parametrize("panels_per_block", [None, 1, 3, 4])
 @pytest.mark.parametrize("n,k", SHAPES)
 def test_int8_activations_match_their_float64_emulation(n, k, panels_per_block):
@@ -75,8 +82,8 @@ def test_int8_activations_match_their_float64_emulation(n, k, panels_per_block):
 @pytest.mark.parametrize("panels_per_block", [2, 4])
 @pytest.mark.parametrize("int8", [False, True])
 def test_every_row_gets_the_same_bits_alone_or_batched_in_float32_and_bf16(int8, panels_per_block):
-    if int8 and kernels.int4_linear_isa() != "avx512-vnni":
-        pytest.skip("needs AVX512-VNNI")
+    if int8 and not INT8:
+        pytest.skip("needs AVX512-VNNI or AVX2")
     packed, *_ = _layer(200, 576, seed=5, panels_per_block=panels_per_block)
     x = torch.randn(7, 576)
     for dtype in (torch.float32, torch.bfloat16):
@@ -94,8 +101,8 @@ def test_bad_shapes_name_what_is_wrong():
         kernels.int4_linear(torch.randn(1, 80), packed, 48, None, False)
     with pytest.raises(RuntimeError, match="1 blocks of 48 columns for N = 100"):
         kernels.int4_linear(torch.randn(1, 96), packed, 100, None, False)
-    if kernels.int4_linear_isa() != "avx512-vnni":
-        with pytest.raises(RuntimeError, match="AVX512-VNNI"):
+    if not INT8:
+        with pytest.raises(RuntimeError, match="AVX512-VNNI or AVX2"):
             kernels.int4_linear(torch.randn(1, 96), packed, 48, None, True)
 
 
@@ -118,9 +125,8 @@ def test_int4_layers_follow_the_activations_setting():
     from tokenmill.kernels.int4_linear import Int4Linear
 
     linear = nn.Linear(64, 32)
-    vnni = kernels.int4_linear_isa() == "avx512-vnni"
     assert Int4Linear(linear, torch.bfloat16).int8_activations is False  # the default: weight-only int4
-    if vnni:
+    if INT8:
         assert Int4Linear(linear, torch.bfloat16, activations="int8").int8_activations is True
     else:
         with pytest.raises(ValueError, match="int4_activations: int8 needs"):

@@ -14,6 +14,7 @@ from torch import nn
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+from tokenmill.kernels.int4_linear import has_int8_activations
 from tokenmill.kernels.native_decoder import native_decoder
 from tokenmill.kernels.packed_linear import PackedLinear, onednn_available
 from tokenmill.model.llama import LlamaForCausalLM
@@ -23,7 +24,7 @@ from tokenmill.sampling_params import SamplingParams
 
 kernels = load_cpu_kernels()
 pytestmark = pytest.mark.skipif(kernels is None, reason="C++ kernels unavailable (no compiler)")
-VNNI = kernels is not None and kernels.int4_linear_isa() == "avx512-vnni"
+INT8_ACTIVATIONS = has_int8_activations(kernels)
 INT4 = kernels is not None and kernels.int4_linear_isa() != "portable"
 
 # 4 to 40 tokens, two sharing a prefix; chunked at 16 tokens per step, so steps mix
@@ -51,7 +52,7 @@ CASES += [(d, b, None, "float") for d in ("float32", "bfloat16") for b in ("mixe
     getattr(torch, d))]
 if INT4:
     CASES.append(("bfloat16", "auto", "int4", "float"))
-if VNNI:
+if INT8_ACTIVATIONS:
     CASES.append(("bfloat16", "auto", "int4", "int8"))
 
 

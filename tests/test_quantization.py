@@ -100,6 +100,29 @@ def test_int4_with_a_dense_copy_runs_many_rows_on_it_and_few_on_the_int4_kernel(
         torch.testing.assert_close(got, reference, rtol=0.1, atol=0.15)
 
 
+def test_int4_dense_copy_is_a_fast_kernel_where_the_cpp_kernels_build():
+    """Where the C++ kernels build, the dense copy runs on the panel kernel or oneDNN's
+    packed weight: never a plain nn.Linear, which on a CPU without a fast bf16 GEMM
+    (AVX2-only) ran prefill-sized calls several times slower than float32 panels. There
+    the copy is float32; the input is cast to the copy's dtype and the output back."""
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+    from tokenmill.kernels.int4_linear import dense_copy_dtype
+    from tokenmill.kernels.invariant_linear import InvariantLinear
+    from tokenmill.kernels.packed_linear import PackedLinear
+
+    if load_cpu_kernels() is None:
+        pytest.skip("C++ kernels unavailable (no compiler)")
+    torch.manual_seed(4)
+    linear = nn.Linear(64, 32, bias=True)
+    layer = Int4Linear(linear, torch.bfloat16, keep_dense=True)
+    assert layer.dense_dtype == dense_copy_dtype() and layer.dense_dtype in (torch.bfloat16, torch.float32)
+    assert isinstance(layer.dense, InvariantLinear | PackedLinear)
+    x = torch.randn(DENSE_MIN_ROWS + 3, 64)
+    expected = layer.dense(x.to(layer.dense_dtype)).float() + linear.bias.data
+    assert torch.equal(layer(x), expected)
+    assert dense_copy_dtype(torch.float32) == torch.float32  # only a bf16 compute dtype may move to float32
+
+
 def test_int4_rejects_unaligned_width():
     with pytest.raises(ValueError, match="got 33 -> 16"):
         Int4Linear(nn.Linear(33, 16), torch.bfloat16)

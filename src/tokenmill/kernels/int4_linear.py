@@ -35,6 +35,8 @@ import torch
 from torch import nn
 
 GROUP_SIZE = 32
+INT8_ACTIVATION_ISAS = ("avx512-vnni", "avx2")
+"""int4_linear_isa() values whose builds have the int8-activations path."""
 DENSE_MIN_ROWS = 5
 """Calls with this many rows or more use the dense copy, when kept: the int4
 kernel measured as fast as bf16 at 4 rows and 2x slower at 8 (2 cores, Xeon
@@ -135,10 +137,9 @@ class Int4Linear(nn.Module):
         kernels = _vector_int4_kernels() if self.on_cpu else None
         # The kernel function, not the module: copy.deepcopy shares a builtin function, a module it cannot copy.
         self._int4_linear = kernels.int4_linear if kernels is not None else None
-        vnni = kernels is not None and kernels.int4_linear_isa() == "avx512-vnni"
-        if activations == "int8" and not vnni:
-            raise ValueError("int4_activations: int8 needs the C++ kernels built with AVX512-VNNI on a CPU "
-                             "(here: " + ("not on CPU" if not self.on_cpu else "no VNNI or no kernels") + "); "
+        if activations == "int8" and not has_int8_activations(kernels):
+            raise ValueError("int4_activations: int8 needs the C++ kernels built with AVX512-VNNI or AVX2 on a CPU "
+                             "(here: " + ("not on CPU" if not self.on_cpu else "neither, or no kernels") + "); "
                              "use float")
         self.int8_activations = activations == "int8"
         if kernels is not None:
@@ -153,7 +154,9 @@ class Int4Linear(nn.Module):
             self.register_buffer("codes", codes.to(torch.uint8))
             self.register_buffer("scales", scales.to(compute_dtype))
             self.register_buffer("zeros", zeros.to(compute_dtype))
-        self.dense = dense_copy(linear, compute_dtype) if keep_dense and self.on_cpu else None
+        self.dense_dtype = dense_copy_dtype(compute_dtype)
+        """What the dense copy computes in (its input is cast to it)."""
+        self.dense = dense_copy(linear, self.dense_dtype) if keep_dense and self.on_cpu else None
 
     @property
     def on_cpp_kernel(self) -> bool:
@@ -164,7 +167,7 @@ class Int4Linear(nn.Module):
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         if self.dense is not None and x2.shape[0] >= DENSE_MIN_ROWS:
-            y = self.dense(x2.to(self.compute_dtype)).to(x.dtype)
+            y = self.dense(x2.to(self.dense_dtype)).to(x.dtype)
             y = y if self.bias is None else y + self.bias
         else:
             y = self.int4_matmul(x2)
@@ -203,19 +206,42 @@ def resolve_int4_activations(setting: str, device: torch.device, self_int4_draft
     return "int8" if kernels is not None and kernels.int4_linear_isa() == "avx512-vnni" else "float"
 
 
+def has_int8_activations(kernels) -> bool:
+    """Whether these C++ kernels (or None) have int4_linear's int8-activations path."""
+    return kernels is not None and kernels.int4_linear_isa() in INT8_ACTIVATION_ISAS
+
+
 def _vector_int4_kernels():
-    """The C++ kernels when their int4_linear has vector code here (AVX-512),
-    else None (torch's int4 kernel is faster than the portable loops)."""
+    """The C++ kernels when their int4_linear has vector code here (AVX-512 or
+    AVX2), else None (torch's int4 kernel is faster than the portable loops)."""
     from tokenmill.kernels.cpu_kernels import load_cpu_kernels
     kernels = load_cpu_kernels()
     return kernels if kernels is not None and kernels.int4_linear_isa() != "portable" else None
 
 
+def dense_copy_dtype(compute_dtype: torch.dtype = torch.bfloat16) -> torch.dtype:
+    """What a CPU int4 layer's dense copy computes in: the compute dtype, but
+    float32 for bf16 where this CPU has no fast bf16 GEMM (no native bf16, no
+    oneDNN bf16 packing, no AVX-512 for the panel kernel to widen bf16: AVX2-only
+    CPUs) and the C++ kernels build: there a plain bf16 nn.Linear ran the
+    embedded model's batch-32 decode step 3x slower than the float32 panels
+    (docs/PERFORMANCE.md, "int4 on AVX2")."""
+    from tokenmill.engine.resolve import cpu_has_bf16_panels, cpu_has_fast_bf16
+    from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+    from tokenmill.kernels.packed_linear import onednn_available
+
+    if compute_dtype != torch.bfloat16 or cpu_has_fast_bf16() or cpu_has_bf16_panels():
+        return compute_dtype
+    return compute_dtype if onednn_available(torch.bfloat16) or load_cpu_kernels() is None else torch.float32
+
+
 def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
     """A bias-free copy of ``linear`` in ``dtype``: on the panel kernel for
     bf16 on AVX-512 CPUs without native bf16 (where oneDNN's bf16 is emulated,
-    2.5-4x slower per call: kernels/invariant_linear.py), else prepacked for oneDNN where
-    torch has it, else a plain nn.Linear."""
+    2.5-4x slower per call: kernels/invariant_linear.py) and for float32 (the
+    float32 copy of ``dense_copy_dtype``: AVX2-only CPUs, where the panels
+    measured faster than oneDNN at every row count, docs/PERFORMANCE.md), else
+    prepacked for oneDNN where torch has it, else a plain nn.Linear."""
     from tokenmill.engine.resolve import cpu_has_bf16_panels
     from tokenmill.kernels.cpu_kernels import load_cpu_kernels
     from tokenmill.kernels.invariant_linear import InvariantLinear
@@ -224,6 +250,7 @@ def dense_copy(linear: nn.Linear, dtype: torch.dtype) -> nn.Module:
     copy = nn.Linear(linear.in_features, linear.out_features, bias=False, device=linear.weight.device, dtype=dtype)
     with torch.no_grad():
         copy.weight.copy_(linear.weight)
-    if dtype == torch.bfloat16 and cpu_has_bf16_panels() and (kernels := load_cpu_kernels()) is not None:
+    panels = dtype == torch.float32 or (dtype == torch.bfloat16 and cpu_has_bf16_panels())
+    if panels and (kernels := load_cpu_kernels()) is not None:
         return InvariantLinear(copy, kernels, keep_weight=False)
     return PackedLinear(copy, keep_weight=False) if onednn_available(dtype) else copy

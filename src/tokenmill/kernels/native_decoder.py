@@ -102,7 +102,7 @@ def _describe(layer: nn.Module) -> tuple | None:
         if layer.dense is None:
             return INT4, layer.packed, _NONE, bias, n, -1, layer.int8_activations
         dense = _plain(layer.dense)
-        if dense is None or dense[1].dtype != layer.compute_dtype:
+        if dense is None or dense[1].dtype != layer.dense_dtype:
             return None
         return INT4, layer.packed, dense[1], bias, n, dense[0], layer.int8_activations
     return None

@@ -25,8 +25,8 @@ from tokenmill.kernels.int8_linear import Int8Linear
 
 METHODS = ("int8", "int4")
 DENSE_COPY_MEMORY_FRACTION = 0.25
-"""int4 keeps bf16 copies of its layers for prefill when they fit in this
-share of the memory available at load."""
+"""int4 keeps dense (bf16, or float32 on AVX2-only CPUs) copies of its layers
+for prefill when they fit in this share of the memory available at load."""
 
 
 def _compute_dtype(model: nn.Module) -> torch.dtype:
@@ -41,15 +41,16 @@ def _decoder_linear(linear: nn.Linear, method: str, compute: torch.dtype, keep_d
     return Int8Linear(linear, compute)
 
 
-def dense_copy_fits(model: nn.Module, fraction: float = DENSE_COPY_MEMORY_FRACTION) -> bool:
-    """Whether bf16 copies of the decoder linears take at most ``fraction`` of
-    the memory available now: int4's prefill path (kernels/int4_linear.py) and
-    the mixed linears' second layout (kernels/mixed_linear.py). CPU only: on
-    other devices neither is a speed path."""
+def dense_copy_fits(model: nn.Module, fraction: float = DENSE_COPY_MEMORY_FRACTION,
+                    dtype: torch.dtype = torch.bfloat16) -> bool:
+    """Whether ``dtype`` copies of the decoder linears take at most ``fraction``
+    of the memory available now: int4's prefill path (kernels/int4_linear.py,
+    in ``dense_copy_dtype()``) and the mixed linears' second layout
+    (kernels/mixed_linear.py). CPU only: on other devices neither is a speed path."""
     p = next(model.parameters())
     if p.device.type != "cpu":
         return False
-    need = sum(getattr(o, a).weight.numel() * 2 for o, a in model.decoder_linears())
+    need = sum(getattr(o, a).weight.numel() * dtype.itemsize for o, a in model.decoder_linears())
     return need <= fraction * _available_memory_bytes()
 
 
@@ -65,7 +66,7 @@ def _available_memory_bytes() -> int:
 
 def quantize_model(model: nn.Module, method: str, keep_dense: bool = False, int4_activations: str = "float") -> None:
     """Swap the model's linears for quantized ones (see the module docstring).
-    keep_dense: int4 layers keep a bf16 copy for prefill (kernels/int4_linear.py);
+    keep_dense: int4 layers keep a dense copy for prefill (kernels/int4_linear.py);
     int4_activations: float | int8 (EngineConfig.int4_activations)."""
     if method not in METHODS:
         raise ValueError(f"quantization: must be one of {METHODS}, got {method!r}")

@@ -21,12 +21,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pybind11::arg("x"), pybind11::arg("packed"), pybind11::arg("n"), pybind11::arg("bias"),
           pybind11::arg("int8_activations"));
     m.def("int4_linear_isa", &tokenmill::int4_linear_isa,
-          "int4_linear's vector code on this build: avx512-vnni (int8 activations too), avx512 or portable");
+          "int4_linear's vector code on this build: avx512-vnni or avx2 (both with int8 activations), avx512 "
+          "or portable");
     m.def("int8_linear", &tokenmill::int8_linear,
           "(x @ Q^T) * scales + bias, Q int8 [N, K] row-major, one scale per output (CPU)",
           pybind11::arg("x"), pybind11::arg("qweight"), pybind11::arg("scales"), pybind11::arg("bias"));
     m.def("int8_linear_isa", &tokenmill::int8_linear_isa,
-          "int8_linear's vector code on this build: avx512 or portable");
+          "int8_linear's vector code on this build: avx512, avx2 or portable");
     // The GIL is released for the whole step: the server's event loop runs meanwhile.
     m.def("decoder_layers", &tokenmill::decoder_layers,
           "a Llama-family model's decoder layers for one step, in one call (CPU; see decoder_layers.cpp)",

@@ -14,7 +14,8 @@
 // Order of operations, fixed whatever M is and however the threads split the rows: lane j of
 // output (r, n) accumulates x[r, k] * q[n, k] for k = j, j + 16, .. ascending (one FMA each);
 // the 16 lanes are then summed by _mm512_reduce_add_ps, and the sum times scale[n] (plus bias)
-// is rounded to x's dtype. So the kernel is batch-invariant, like invariant_linear.
+// is rounded to x's dtype. So the kernel is batch-invariant, like invariant_linear. AVX2 builds
+// keep the 16 lanes (as two 8-lane halves) and that summation order.
 #include "ops.h"
 
 #include <ATen/Parallel.h>
@@ -31,7 +32,13 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 constexpr int kRowsPerTile = 4;   // weight rows (outputs) per tile
-constexpr int kMaxRows = 6;       // input rows per tile: kMaxRows x kRowsPerTile accumulators
+// Input rows per tile: kMaxRows x kRowsPerTile accumulators, in AVX-512's 32 registers, or (one
+// 8-lane half at a time) in AVX2's 16.
+#if defined(__AVX512F__)
+constexpr int kMaxRows = 6;
+#else
+constexpr int kMaxRows = 2;
+#endif
 // Software prefetch distance in the tile's stream (an ad hoc A/B on an AVX-512 Xeon, SmolLM2's LM head at one
 // row, weights from memory: 4, 8 and 16 KB within 2% of each other).
 constexpr int64_t kPrefetchBytes = 8192;
@@ -74,9 +81,53 @@ void tile_rows(int rows, const float* x, int64_t K, const int8_t* q, int64_t n0,
     }
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+
+// AVX2 + FMA: the same 16 lanes per output, computed as two 8-lane halves one after the other
+// (h = 0: k = 16 i + 0..7, lanes 0-7; h = 1: k = 16 i + 8..15), so that R x W accumulators fit 16
+// registers; the second pass reads the tile's rows from cache. The 16 lanes are then summed in
+// _mm512_reduce_add_ps's order (GCC's: upper half + lower half, then 128-bit halves, then pairs).
+inline float reduce16(__m256 lanes_lo, __m256 lanes_hi) {
+    const __m256 t3 = _mm256_add_ps(lanes_hi, lanes_lo);
+    const __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
+    const __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1)));
+}
+
+template <int R, int W>
+void tile(const float* x, int64_t K, const int8_t* q, int64_t n0, float* acc) {
+    const int8_t* rows = q + n0 * K;
+    __m256 half[2][R][W];
+    for (int h = 0; h < 2; ++h) {
+        __m256 sum[R][W];
+        for (int r = 0; r < R; ++r)
+            for (int w = 0; w < W; ++w) sum[r][w] = _mm256_setzero_ps();
+        for (int64_t k = 8 * h; k < K; k += kLanes) {
+            if (h == 0) _mm_prefetch(reinterpret_cast<const char*>(rows + k * W + kPrefetchBytes), _MM_HINT_T0);
+            __m256 xv[R];
+            for (int r = 0; r < R; ++r) xv[r] = _mm256_loadu_ps(x + r * K + k);
+            for (int w = 0; w < W; ++w) {
+                const __m256 wv = _mm256_cvtepi32_ps(
+                    _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rows + w * K + k))));
+                for (int r = 0; r < R; ++r) sum[r][w] = _mm256_fmadd_ps(xv[r], wv, sum[r][w]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int w = 0; w < W; ++w) half[h][r][w] = sum[r][w];
+    }
+    for (int r = 0; r < R; ++r)
+        for (int w = 0; w < W; ++w) acc[r * W + w] = reduce16(half[0][r][w], half[1][r][w]);
+}
+
+template <int W>
+void tile_rows(int rows, const float* x, int64_t K, const int8_t* q, int64_t n0, float* acc) {
+    if (rows == 1) return tile<1, W>(x, K, q, n0, acc);
+    return tile<2, W>(x, K, q, n0, acc);
+}
+
 #endif
 
-// Builds without AVX-512 (Python uses torch's kernel there; tests reach this only through
+// Builds without AVX-512 or AVX2 (Python uses torch's kernel there; tests reach this only through
 // int8_linear_isa() == "portable"): the same lane-wise order in scalar code.
 void tile_portable(int rows, int width, const float* x, int64_t K, const int8_t* q, int64_t n0, float* acc) {
     for (int r = 0; r < rows; ++r)
@@ -91,7 +142,7 @@ void tile_portable(int rows, int width, const float* x, int64_t K, const int8_t*
 }
 
 void run_tile(int rows, int width, const float* x, int64_t K, const int8_t* q, int64_t n0, float* acc) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     switch (width) {
         case 4: return tile_rows<4>(rows, x, K, q, n0, acc);
         case 3: return tile_rows<3>(rows, x, K, q, n0, acc);
@@ -128,6 +179,8 @@ namespace tokenmill {
 std::string int8_linear_isa() {
 #if defined(__AVX512F__)
     return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
 #else
     return "portable";
 #endif
