@@ -36,7 +36,8 @@
 //   This is the int4 x int8 dot product llama.cpp runs for its Q4 formats on CPU; the activation
 //   rounding adds an error of at most half an x_scale per activation.
 // - float activations (AVX-512 and AVX2 + FMA; portable loops elsewhere): codes widened to
-//   float32 in registers and multiplied by the float32 x.
+//   float32 in registers and multiplied by the float32 x. AVX2 (int4_tiles_avx2.h) takes tiles
+//   of up to 4 rows whatever the panels, widening each group's codes once into a buffer in L1.
 // Either way each output element is one fixed sequence of operations (k ascending within
 // a group, groups ascending), whatever M is and however threads split the panels: the
 // kernel is batch-invariant like invariant_linear.
@@ -72,6 +73,8 @@ constexpr int64_t kBlockGroupInts = (kGroupWords + 1) * kLanes;
 // Rows per tile: R x NP accumulators (two each in the float path) and the widened codes fit
 // the 32 vector registers. Calls of 5+ rows use the layer's bf16 copy when it keeps one.
 constexpr int rows_per_tile(int np) { return np >= 3 ? 1 : 4 / np; }
+// Rows per tile of AVX2's float path (tile_float8_rows: codes widened once per tile).
+constexpr int kAvx2FloatRows = 4;
 
 #if defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define TOKENMILL_INT4_VNNI 1
@@ -317,134 +320,7 @@ void tile_vnni(const Activations& a, int64_t m0, const int32_t* blk, float* out)
 }
 #endif
 
-#if TOKENMILL_INT4_AVX2
-// AVX2 + FMA (no AVX-512): each 16-lane panel as two 8-lane halves, h = 0 (lanes 0-7) and 1
-// (lanes 8-15), one after the other within a group, so that the accumulators of one half fit
-// AVX2's 16 registers. Every lane runs the AVX-512 paths' sequence of operations.
-
-// Panel p, half h: its 8 scales and offsets of one (block, group), as scales_offsets.
-template <int P>
-inline void scales_offsets8(const int32_t* gb, int p, int h, __m256& scale, __m256& offset) {
-    const uint16_t* sz = reinterpret_cast<const uint16_t*>(gb + kGroupWords * P * kLanes);
-    const auto widen = [](const uint16_t* bits) {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-    };
-    scale = widen(sz + p * kLanes + 8 * h);
-    offset = _mm256_sub_ps(widen(sz + (P + p) * kLanes + 8 * h), _mm256_mul_ps(_mm256_set1_ps(8.f), scale));
-}
-
-// Float path: a nibble is widened by a shift, a mask and an int -> float conversion (AVX2's
-// 8-entry permute cannot hold the 16-value table of tile_float).
-template <int R, int P>
-void tile_float8(const Activations& a, int64_t m0, const int32_t* blk, float* out) {
-    const int64_t K = a.K, G = a.G;
-    const float* x = a.x.data() + m0 * K;
-    const __m256i low4 = _mm256_set1_epi32(0xF);
-    __m256 y[R][P][2];
-    for (int r = 0; r < R; ++r)
-        for (int p = 0; p < P; ++p) y[r][p][0] = y[r][p][1] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < G; ++g) {
-        const int32_t* gb = blk + g * P * kBlockGroupInts;
-        prefetch_group<P>(gb);
-        for (int h = 0; h < 2; ++h) {
-            __m256 even[R][P], odd[R][P];
-            for (int r = 0; r < R; ++r)
-                for (int p = 0; p < P; ++p) even[r][p] = odd[r][p] = _mm256_setzero_ps();
-            for (int64_t jj = 0; jj < kGroupWords; ++jj) {
-                __m256i w[P];
-                for (int p = 0; p < P; ++p)
-                    w[p] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + (jj * P + p) * kLanes + 8 * h));
-                const int64_t k0 = g * kGroup + jj * kWordK;
-#pragma GCC unroll 4
-                for (int t = 0; t < 8; t += 2) {
-                    __m256 c0[P], c1[P];
-                    for (int p = 0; p < P; ++p) {
-                        c0[p] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w[p], 4 * t), low4));
-                        c1[p] = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(w[p], 4 * t + 4), low4));
-                    }
-                    for (int r = 0; r < R; ++r) {
-                        const __m256 x0 = _mm256_set1_ps(x[r * K + k0 + t]), x1 = _mm256_set1_ps(x[r * K + k0 + t + 1]);
-                        for (int p = 0; p < P; ++p) {
-                            even[r][p] = _mm256_fmadd_ps(x0, c0[p], even[r][p]);
-                            odd[r][p] = _mm256_fmadd_ps(x1, c1[p], odd[r][p]);
-                        }
-                    }
-                }
-            }
-            for (int p = 0; p < P; ++p) {
-                __m256 s, o;
-                scales_offsets8<P>(gb, p, h, s, o);
-                for (int r = 0; r < R; ++r) {
-                    y[r][p][h] = _mm256_fmadd_ps(s, _mm256_add_ps(even[r][p], odd[r][p]), y[r][p][h]);
-                    y[r][p][h] = _mm256_fmadd_ps(o, _mm256_set1_ps(a.xsum[(m0 + r) * G + g]), y[r][p][h]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < R; ++r)
-        for (int p = 0; p < P; ++p)
-            for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + (r * P + p) * kLanes + 8 * h, y[r][p][h]);
-}
-
-// int8-activations path: tile_vnni's integer sums without vpdpbusd. vpmaddubsw multiplies the
-// unsigned code bytes by the signed activation bytes and adds adjacent pairs into int16;
-// those are summed over the group's four words (low and high nibbles: at most 16 products of
-// |15 * 127| = 30,480 < 2^15, so nothing saturates or wraps), then vpmaddwd by ones adds each
-// lane's two int16 into its int32: the group's sum per lane, exactly tile_vnni's.
-template <int R, int P>
-void tile_int8x8(const Activations& a, int64_t m0, const int32_t* blk, float* out) {
-    const int64_t G = a.G, W = a.K / kWordK;
-    const __m256i low4 = _mm256_set1_epi32(0x0F0F0F0F), ones = _mm256_set1_epi16(1);
-    const int32_t* xe[R];
-    const int32_t* xo[R];
-    for (int r = 0; r < R; ++r) {
-        xe[r] = a.even.data() + (m0 + r) * W;
-        xo[r] = a.odd.data() + (m0 + r) * W;
-    }
-    __m256 y[R][P][2];
-    for (int r = 0; r < R; ++r)
-        for (int p = 0; p < P; ++p) y[r][p][0] = y[r][p][1] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < G; ++g) {
-        const int32_t* gb = blk + g * P * kBlockGroupInts;
-        prefetch_group<P>(gb);
-        for (int h = 0; h < 2; ++h) {
-            __m256i acc[R][P];
-            for (int r = 0; r < R; ++r)
-                for (int p = 0; p < P; ++p) acc[r][p] = _mm256_setzero_si256();
-            for (int64_t jj = 0; jj < kGroupWords; ++jj) {
-                const int64_t j = g * kGroupWords + jj;
-                __m256i lo[P], hi[P];
-                for (int p = 0; p < P; ++p) {
-                    const __m256i w =
-                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(gb + (jj * P + p) * kLanes + 8 * h));
-                    lo[p] = _mm256_and_si256(w, low4);
-                    hi[p] = _mm256_and_si256(_mm256_srli_epi32(w, 4), low4);
-                }
-                for (int r = 0; r < R; ++r) {
-                    const __m256i e = _mm256_set1_epi32(xe[r][j]), o = _mm256_set1_epi32(xo[r][j]);
-                    for (int p = 0; p < P; ++p)
-                        acc[r][p] = _mm256_add_epi16(
-                            acc[r][p], _mm256_add_epi16(_mm256_maddubs_epi16(lo[p], e), _mm256_maddubs_epi16(hi[p], o)));
-                }
-            }
-            for (int p = 0; p < P; ++p) {
-                __m256 s, o;
-                scales_offsets8<P>(gb, p, h, s, o);
-                for (int r = 0; r < R; ++r) {
-                    const __m256 sum = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[r][p], ones));
-                    const __m256 sx = _mm256_mul_ps(s, _mm256_set1_ps(a.xscale[(m0 + r) * G + g]));
-                    y[r][p][h] = _mm256_fmadd_ps(sx, sum, y[r][p][h]);
-                    y[r][p][h] = _mm256_fmadd_ps(o, _mm256_set1_ps(a.xsum[(m0 + r) * G + g]), y[r][p][h]);
-                }
-            }
-        }
-    }
-    for (int r = 0; r < R; ++r)
-        for (int p = 0; p < P; ++p)
-            for (int h = 0; h < 2; ++h) _mm256_storeu_ps(out + (r * P + p) * kLanes + 8 * h, y[r][p][h]);
-}
-#endif
+#include "int4_tiles_avx2.h"
 
 #if defined(__AVX512F__) || TOKENMILL_INT4_AVX2
 // rows <= rows_per_tile(P). Activations prepared with int8 values (a.even non-empty) take the int8 path.
@@ -468,6 +344,16 @@ void tile_rows(int rows, const Activations& a, int64_t m0, const int32_t* blk, f
 #endif
 
 void tile(int rows, int np, const Activations& a, int64_t m0, const int32_t* blk, float* out) {
+#if TOKENMILL_INT4_AVX2
+    if (rows > 1 && a.even.empty()) {
+        switch (np) {
+            case 1: return tile_float8_rows<1>(rows, a, m0, blk, out);
+            case 2: return tile_float8_rows<2>(rows, a, m0, blk, out);
+            case 3: return tile_float8_rows<3>(rows, a, m0, blk, out);
+            default: return tile_float8_rows<4>(rows, a, m0, blk, out);
+        }
+    }
+#endif
 #if defined(__AVX512F__) || TOKENMILL_INT4_AVX2
     switch (np) {
         case 1: return tile_rows<1>(rows, a, m0, blk, out);
@@ -539,9 +425,9 @@ torch::Tensor int4_linear(torch::Tensor x, torch::Tensor packed, int64_t N, std:
     c10::BFloat16* out_b = out_float ? nullptr : out.data_ptr<c10::BFloat16>();
     const int32_t* w = packed.data_ptr<int32_t>();
     const int64_t block_ints = G * np * kBlockGroupInts;
-    const int rows_tile = rows_per_tile(np);
+    const int rows_tile = TOKENMILL_INT4_AVX2 && !int8_activations ? kAvx2FloatRows : rows_per_tile(np);
     at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
-        alignas(64) float acc[4 * kLanes];  // rows_tile * np <= 4
+        alignas(64) float acc[kAvx2FloatRows * kMaxPanels * kLanes];  // rows_tile * np <= 16
         for (int64_t blk = begin; blk < end; ++blk) {
             for (int64_t m0 = 0; m0 < M; m0 += rows_tile) {
                 const int rows = static_cast<int>(std::min<int64_t>(rows_tile, M - m0));
