@@ -119,6 +119,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--linear-backend", default="auto",
                     help="both engines' linears (pin it for large models: auto picks by free memory, which the "
                          "first engine loaded has more of)")
+    ap.add_argument("--int4-activations", default="auto", choices=("auto", "float", "int8"),
+                    help="EngineConfig.int4_activations, both engines (self-int4's twin: auto picks per CPU)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2, help="alternate plain and speculative runs this many times")
     ap.add_argument("--int4-reference", action="store_true",
@@ -171,7 +173,8 @@ def main(argv=None) -> None:
     if unknown:
         raise SystemExit(f"--workloads: unknown {unknown}; choose from {sorted(WORKLOADS)}")
     common = dict(model=args.model, dtype=args.dtype, quantization=args.quantization,
-                  linear_backend=args.linear_backend, device=args.device, cuda_graph_mode=args.cuda_graph_mode)
+                  linear_backend=args.linear_backend, device=args.device, cuda_graph_mode=args.cuda_graph_mode,
+                  int4_activations=args.int4_activations)
     spec = LLMEngine(EngineConfig(**common, speculative_config=args.speculative_config))
     plain = spec if args.one_engine else LLMEngine(EngineConfig(**common))
     tok = plain.tokenizer
@@ -180,6 +183,7 @@ def main(argv=None) -> None:
         return tok.encode(tok.apply_chat_template([{"role": "user", "content": text}]), add_special_tokens=False)
 
     report = {"model": plain.core.config.served_model_name, "quantization": args.quantization,
+              "int4_activations": args.int4_activations,
               "linear_backend": spec.core.linear_backend, "one_engine": args.one_engine,
               "speculative_config": json.loads(args.speculative_config), "dtype": str(plain.core.dtype),
               "max_tokens": args.max_tokens, "device": str(plain.core.device),

@@ -135,12 +135,11 @@ def test_int4_layers_follow_the_activations_setting():
         EngineConfig(int4_activations="int3")
 
 
-def test_auto_activations_are_int8_only_for_the_self_int4_twin_on_vnni_cpus():
+def test_auto_activations_are_int8_only_for_the_self_int4_twin_where_the_kernel_has_them():
     from tokenmill.kernels.int4_linear import resolve_int4_activations
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    vnni = kernels.int4_linear_isa() == "avx512-vnni"
-    assert resolve_int4_activations("auto", cpu, self_int4_draft=True) == ("int8" if vnni else "float")
+    assert resolve_int4_activations("auto", cpu, self_int4_draft=True) == ("int8" if INT8 else "float")
     assert resolve_int4_activations("auto", cpu, self_int4_draft=False) == "float"  # served model, int4 draft_model
     assert resolve_int4_activations("auto", cuda, self_int4_draft=True) == "float"
     for setting in ("float", "int8"):  # an explicit setting stands, for drafts and served layers alike

@@ -37,12 +37,12 @@ def test_the_twin_shares_all_but_its_linears():
     assert all(isinstance(getattr(o, a), torch.nn.Linear) for o, a in model.decoder_linears())
 
 
-def test_the_engines_twin_takes_int8_activations_by_default_where_vnni_allows():
+def test_the_engines_twin_takes_int8_activations_by_default_where_the_kernel_has_them():
     from tokenmill.kernels.cpu_kernels import load_cpu_kernels
+    from tokenmill.kernels.int4_linear import has_int8_activations
 
-    kernels = load_cpu_kernels()
-    vnni = kernels is not None and kernels.int4_linear_isa() == "avx512-vnni"
-    for setting, expected in (("auto", vnni), ("float", False)):
+    int8 = has_int8_activations(load_cpu_kernels())  # AVX512-VNNI or AVX2 builds
+    for setting, expected in (("auto", int8), ("float", False)):
         core = EngineCore(EngineConfig(**DUMMY, speculative_config=SELF_INT4, int4_activations=setting))
         twin = core.drafting.proposer.draft
         layers = [getattr(o, a) for o, a in twin.decoder_linears()]

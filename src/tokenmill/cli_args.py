@@ -50,9 +50,9 @@ def _add_model_args(g) -> None:
                         "lowers batch-1 latency on CPU")
     g.add_argument("--int4-activations", choices=INT4_ACTIVATIONS, default="auto",
                    help="what int4 layers multiply their codes with on CPU: float (weight-only int4) or int8 "
-                        "(activations quantized per group of 32 for AVX512-VNNI dot products, as llama.cpp: "
-                        "faster batch-1 decode, a measurable quality cost; docs/PERFORMANCE.md); auto: int8 for "
-                        "self-int4's draft twin where AVX512-VNNI allows (drafts are verified: the rounding costs "
+                        "(activations quantized per group of 32 for integer dot products, as llama.cpp: faster "
+                        "decode, a measurable quality cost; needs AVX512-VNNI or AVX2; docs/PERFORMANCE.md); auto: "
+                        "int8 for self-int4's draft twin where the CPU allows (drafts are verified: the rounding costs "
                         "acceptance, not output), float otherwise")
 
 

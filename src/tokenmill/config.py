@@ -46,11 +46,11 @@ class EngineConfig:
     """What int4 layers (``quantization`` int4, self-int4 drafts, int4 draft
     models) multiply their 4-bit codes with on CPU: auto | float | int8. float:
     weight-only int4 (activations as they are). int8: each call's activations
-    quantized to int8 per group of 32 for the int4 x int8 dot products of
-    AVX512-VNNI (as llama.cpp does for its Q4 formats): faster batch-1 decode,
-    a measurable quality cost; needs the C++ kernels built with AVX512-VNNI.
-    Both measured in docs/PERFORMANCE.md ("int4 kernel"). auto: int8 for
-    self-int4's draft twin where the kernels have VNNI (drafts are verified, so
+    quantized to int8 per group of 32 for int4 x int8 dot products in integer
+    arithmetic (as llama.cpp does for its Q4 formats): faster decode, a
+    measurable quality cost; needs the C++ kernels built with AVX512-VNNI or
+    AVX2. Both measured in docs/PERFORMANCE.md ("int4 kernel"). auto: int8 for
+    self-int4's draft twin where the kernels have that path (drafts are verified, so
     the rounding costs acceptance, never output), float for everything else
     (kernels/int4_linear.py ``resolve_int4_activations``)."""
     attention_backend: str = "auto"

@@ -8,14 +8,14 @@ weights recovers the shipped 4-bit grid: each group's min and max land on
 codes 0 and 15, so the codes come back unchanged and only the scale and zero are
 rounded, to the compute dtype (bf16 on CPU).
 
-CPU: on AVX-512 builds of the C++ kernels, their ``int4_linear``
+CPU: on AVX-512 and AVX2 builds of the C++ kernels, their ``int4_linear``
 (kernels/csrc/int4_linear.cpp): the codes widened in registers, scale and offset
 applied once per group. With ``activations="int8"`` (EngineConfig.int4_activations;
-AVX512-VNNI) the activations are also quantized to int8 per group of 32, as
-llama.cpp does for its Q4 formats on CPU, and four products go into one
-instruction: faster, less exact (docs/PERFORMANCE.md, "int4 kernel"). Other CPUs
-use torch's packed kernel ``_weight_int4pack_mm_for_cpu`` with bf16 activations.
-Elsewhere the weight is dequantized per call (memory saving only).
+AVX512-VNNI or AVX2) the activations are also quantized to int8 per group of 32, as
+llama.cpp does for its Q4 formats on CPU, and the products are summed as integers
+(four into one instruction with VNNI): faster, less exact (docs/PERFORMANCE.md,
+"int4 kernel"). Other CPUs use torch's packed kernel ``_weight_int4pack_mm_for_cpu``
+with bf16 activations. Elsewhere the weight is dequantized per call (memory saving only).
 
 torch's kernel's time grows with every input row (a matrix-vector kernel run
 per row): at 64-512 rows it measured 35-50x slower than the bf16 GEMM on the
@@ -24,9 +24,10 @@ same shape, so an int4 prefill chunk would take many times a bf16 one
 activations, as fast with int8 ones). Where memory
 allows (kernels/quantize.py decides), the layer also keeps a bf16 copy of its
 weight, prepacked for oneDNN (kernels/packed_linear.py) or, on AVX-512 CPUs
-without native bf16, packed for the panel kernel, and runs every call
+without native bf16, packed for the panel kernel (a float32 copy on the panels on
+AVX2-only CPUs, which have no fast bf16 GEMM: ``dense_copy_dtype``), and runs every call
 of ``DENSE_MIN_ROWS`` rows or more on it: prefill and large decode batches at
-bf16 GEMM speed, small decode batches reading the int4 bytes.
+GEMM speed, small decode batches reading the int4 bytes.
 """
 
 from __future__ import annotations
@@ -119,10 +120,10 @@ def supports_int4(linear: nn.Linear) -> bool:
 class Int4Linear(nn.Module):
     def __init__(self, linear: nn.Linear, compute_dtype: torch.dtype, keep_dense: bool = False,
                  activations: str = "float"):
-        """keep_dense: also keep a bf16 copy of the weight for calls of
-        ``DENSE_MIN_ROWS`` rows or more (CPU only). activations: float | int8,
-        what the codes multiply on CPU (int8 needs the C++ kernels with
-        AVX512-VNNI)."""
+        """keep_dense: also keep a dense copy of the weight (``dense_copy_dtype``)
+        for calls of ``DENSE_MIN_ROWS`` rows or more (CPU only). activations:
+        float | int8, what the codes multiply on CPU (int8 needs the C++ kernels
+        with AVX512-VNNI or AVX2)."""
         super().__init__()
         if not supports_int4(linear):
             raise ValueError(f"int4: needs in_features % {GROUP_SIZE} == 0 and out_features % 16 == 0, "
@@ -192,18 +193,18 @@ class Int4Linear(nn.Module):
 
 def resolve_int4_activations(setting: str, device: torch.device, self_int4_draft: bool) -> str:
     """EngineConfig.int4_activations for one model's int4 layers: ``auto`` is
-    int8 for self-int4's twin on a CPU whose C++ int4 kernel has AVX512-VNNI
-    (its drafts are verified at full precision, so the activations' rounding can
-    only cost acceptance; on a Xeon with AMX it made the embedded model's draft
-    pass ~1.2x faster, docs/PERFORMANCE.md), float otherwise (the served model;
-    an int4 draft_model, not measured with int8 ones); float and int8 stand as
-    given."""
+    int8 for self-int4's twin on a CPU whose C++ int4 kernel has the int8 path
+    (AVX512-VNNI or AVX2; its drafts are verified at full precision, so the
+    activations' rounding can only cost acceptance: on a Xeon with AMX it made the
+    embedded model's draft pass ~1.2x faster, and on an AVX2 EPYC self-int4
+    1.77-1.95x plain against 1.68-1.77x with float drafts, docs/PERFORMANCE.md),
+    float otherwise (the served model; an int4 draft_model, not measured with int8
+    ones); float and int8 stand as given."""
     if setting != "auto":
         return setting
     if not self_int4_draft or device.type != "cpu":
         return "float"
-    kernels = _vector_int4_kernels()
-    return "int8" if kernels is not None and kernels.int4_linear_isa() == "avx512-vnni" else "float"
+    return "int8" if has_int8_activations(_vector_int4_kernels()) else "float"
 
 
 def has_int8_activations(kernels) -> bool:

@@ -5,7 +5,7 @@ quarter of fp32's. Inputs are cast to the compute dtype (bf16 on CPU) for the
 matmul and the result back to the model dtype; this loses a little precision
 (quality is checked against the fp32 reference in tests/test_quantization.py
 and docs/PERFORMANCE.md). The matmul: on builds of the C++ kernels with
-AVX-512, their ``int8_linear`` (kernels/csrc/int8_linear.cpp: the int8 rows
+AVX-512 or AVX2, their ``int8_linear`` (kernels/csrc/int8_linear.cpp: the int8 rows
 widened in registers, read in place, batch-invariant); elsewhere torch's
 ``_weight_int8pack_mm`` (fast on CPU only with bf16 activations, hence the
 cast).
@@ -69,7 +69,7 @@ class Int8Linear(nn.Module):
 
 
 def _vector_int8_kernels():
-    """The C++ kernels module when its int8_linear has AVX-512 code on this build, else None."""
+    """The C++ kernels module when its int8_linear has vector code (AVX-512 or AVX2) on this build, else None."""
     from tokenmill.kernels.cpu_kernels import load_cpu_kernels
     kernels = load_cpu_kernels()
     if kernels is None or not hasattr(kernels, "int8_linear_isa"):
