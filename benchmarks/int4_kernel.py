@@ -1,8 +1,9 @@
 """The int4 linear kernels side by side on SmolLM2-135M's layer shapes, in one
 process, calls alternated (this VM's speed drifts by tens of percent within
 minutes): torch's ``_weight_int4pack_mm_for_cpu``, tokenmill's C++
-``int4_linear`` with float and (AVX512-VNNI) int8 activations, and the bf16
-panel kernel the int4 layers replace. Median microseconds per call; weights
+``int4_linear`` with float and (AVX512-VNNI or AVX2) int8 activations, and the bf16
+panel kernel the int4 layers replace (and, where int4's dense copy is float32:
+AVX2-only CPUs, the float32 panels it runs on). Median microseconds per call; weights
 read per second for the int4 kernels (codes only, 0.5 byte per weight).
 
     python -m benchmarks.int4_kernel --rows 1,4 --threads 2
@@ -18,7 +19,7 @@ import time
 import torch
 
 from tokenmill.kernels.cpu_kernels import load_cpu_kernels
-from tokenmill.kernels.int4_linear import int4_pack, quantize_groupwise_int4
+from tokenmill.kernels.int4_linear import dense_copy_dtype, has_int8_activations, int4_pack, quantize_groupwise_int4
 
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 """SmolLM2-135M's decoder linears as (N, K), q/k/v and gate/up fused as the engine runs them."""
@@ -32,10 +33,13 @@ def _callables(kernels, n: int, k: int, x: torch.Tensor) -> dict:
     ours = int4_pack(codes, scales, zeros)
     calls = {"torch int4": lambda: torch._weight_int4pack_mm_for_cpu(x, torch_packed, 32, sz),
              "ours float": lambda: kernels.int4_linear(x, ours, n, None, False)}
-    if kernels.int4_linear_isa() == "avx512-vnni":
+    if has_int8_activations(kernels):
         calls["ours int8"] = lambda: kernels.int4_linear(x, ours, n, None, True)
     panels = kernels.pack_invariant_weight(weight.to(torch.bfloat16))
     calls["bf16 panels"] = lambda: kernels.invariant_linear(x, panels, n, None)
+    if dense_copy_dtype() == torch.float32:
+        x32, panels32 = x.float(), kernels.pack_invariant_weight(weight)
+        calls["float32 panels"] = lambda: kernels.invariant_linear(x32, panels32, n, None)
     return calls
 
 
@@ -102,7 +106,7 @@ def cold_pass(kernels, rows: int, layers: int, passes: int = 30) -> None:
     code_bytes = layers * sum(n * k / 2 for n, k in SHAPES.values())
     print(f"rows {rows}, {layers} layers from memory ({code_bytes / 1e6:.0f} MB of int4 codes): " + "; ".join(
         f"{label} {statistics.median(ts) * 1e3:.2f} ms" + (f" ({code_bytes / statistics.median(ts) / 1e9:.1f} GB/s)"
-                                                           if label != "bf16 panels" else "")
+                                                           if "panels" not in label else "")
         for label, ts in times.items()))
 
 

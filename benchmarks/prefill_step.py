@@ -5,7 +5,7 @@
     python -m benchmarks.prefill_step --tokens 512 --quantization int4 --no-dense-copy
 
 Prefix caching off, so every repeat computes the whole prompt. --no-dense-copy
-drops int4's bf16 copies after load (kernels/int4_linear.py), to time the int4
+drops int4's dense copies after load (kernels/int4_linear.py), to time the int4
 kernel on prefill rows as it was before them.
 """
 
@@ -17,6 +17,7 @@ import time
 
 from tokenmill.config import EngineConfig
 from tokenmill.engine.engine import LLMEngine
+from tokenmill.kernels.int4_linear import dense_copy_dtype
 from tokenmill.sampling_params import SamplingParams
 
 
@@ -44,7 +45,8 @@ def main(argv=None) -> None:
         times.append(time.perf_counter() - t)
     label = f"{engine.core.dtype}".replace("torch.", "") + (f" {args.quantization}" if args.quantization else "")
     if args.quantization == "int4":
-        label += ", bf16 copies for prefill" if copies else ", no bf16 copies"
+        dense = str(dense_copy_dtype()).removeprefix("torch.")
+        label += f", {dense} copies for prefill" if copies else ", no dense copies"
     print(f"{label}, threads {args.threads}: {args.tokens}-token prefill {statistics.median(times[1:]) * 1e3:.1f} ms")
 
 
