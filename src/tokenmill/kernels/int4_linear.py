@@ -155,9 +155,10 @@ class Int4Linear(nn.Module):
             self.register_buffer("codes", codes.to(torch.uint8))
             self.register_buffer("scales", scales.to(compute_dtype))
             self.register_buffer("zeros", zeros.to(compute_dtype))
-        self.dense_dtype = dense_copy_dtype(compute_dtype)
+        keep = keep_dense and self.on_cpu
+        self.dense_dtype = dense_copy_dtype(compute_dtype) if keep else compute_dtype
         """What the dense copy computes in (its input is cast to it)."""
-        self.dense = dense_copy(linear, self.dense_dtype) if keep_dense and self.on_cpu else None
+        self.dense = dense_copy(linear, self.dense_dtype) if keep else None
 
     @property
     def on_cpp_kernel(self) -> bool:
@@ -197,7 +198,7 @@ def resolve_int4_activations(setting: str, device: torch.device, self_int4_draft
     (AVX512-VNNI or AVX2; its drafts are verified at full precision, so the
     activations' rounding can only cost acceptance: on a Xeon with AMX it made the
     embedded model's draft pass ~1.2x faster, and on an AVX2 EPYC self-int4
-    1.77-1.95x plain against 1.68-1.77x with float drafts, docs/PERFORMANCE.md),
+    1.77-2.03x plain against 1.68-1.94x with float drafts, docs/PERFORMANCE.md),
     float otherwise (the served model; an int4 draft_model, not measured with int8
     ones); float and int8 stand as given."""
     if setting != "auto":
