@@ -71,7 +71,7 @@ constexpr int64_t kPrefetchGroups = 3;
 constexpr int64_t kBlockGroupInts = (kGroupWords + 1) * kLanes;
 
 // Rows per tile: R x NP accumulators (two each in the float path) and the widened codes fit
-// the 32 vector registers. Calls of 5+ rows use the layer's bf16 copy when it keeps one.
+// the 32 vector registers. Calls of 5+ rows use the layer's dense copy when it keeps one.
 constexpr int rows_per_tile(int np) { return np >= 3 ? 1 : 4 / np; }
 // Rows per tile of AVX2's float path (tile_float8_rows: codes widened once per tile).
 constexpr int kAvx2FloatRows = 4;
@@ -200,7 +200,6 @@ inline void scales_offsets(const int32_t* gb, int p, __m512& scale, __m512& offs
     scale = widen(sz + p * kLanes);
     offset = _mm512_sub_ps(widen(sz + (P + p) * kLanes), _mm512_mul_ps(_mm512_set1_ps(8.f), scale));
 }
-
 
 // Float path, R rows x P panels of one block. Per group: 4 words per panel, each widened 8
 // times (a shift and a table permute) and shared by the R rows; two accumulators per (row,
