@@ -64,8 +64,8 @@ from tokenmill.engine.step_stats import StepCounters, step_kind
 from tokenmill.engine.structured_outputs import StepMasks, StructuredOutputs
 from tokenmill.engine.verify import accept_exact, verification_rows
 from tokenmill.errors import RequestError
-from tokenmill.kernels.int4_linear import dense_copy_dtype, resolve_int4_activations
-from tokenmill.kernels.quantize import dense_copy_fits
+from tokenmill.kernels.int4_linear import resolve_int4_activations
+from tokenmill.kernels.quantize import int4_dense_copies_fit
 from tokenmill.model.embedded import EMBEDDED_NAME, embedded_gguf_path
 from tokenmill.model.loaders import load_model
 from tokenmill.spec.config import SpeculativeConfig, parse_speculative_config
@@ -98,8 +98,7 @@ class EngineCore:
         """Where the caller's processors load the tokenizer from (None: dummy weights)."""
         # Before the swap below: a self-int4 draft copies the target's plain linears.
         draft_model = self._make_draft(spec, config, linear_backend) if spec is not None else None
-        self.int4_dense_prefill = config.quantization == "int4" and dense_copy_fits(self.model,
-                                                                                    dtype=dense_copy_dtype())
+        self.int4_dense_prefill = config.quantization == "int4" and int4_dense_copies_fit(self.model)
         """int4 keeps dense copies of its layers for prefill (kernels/int4_linear.py)."""
         self.linear_backend = swap_linears(self.model, config.quantization, config.linear_backend,
                                            linear_backend, invariant_kernels, self.int4_dense_prefill,
@@ -184,7 +183,7 @@ class EngineCore:
                                                                            self_int4_draft=True))
         if spec.method == "draft_model":
             swap_linears(draft, spec.quantization, config.linear_backend, spec.quantization or linear_backend,
-                         None, spec.quantization == "int4" and dense_copy_fits(draft, dtype=dense_copy_dtype()),
+                         None, spec.quantization == "int4" and int4_dense_copies_fit(draft),
                          resolve_int4_activations(config.int4_activations, self.device, self_int4_draft=False))
         return draft
 

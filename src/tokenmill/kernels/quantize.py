@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tokenmill.kernels.int4_linear import Int4Linear, supports_int4
+from tokenmill.kernels.int4_linear import Int4Linear, dense_copy_dtype, supports_int4
 from tokenmill.kernels.int8_linear import Int8Linear
 
 METHODS = ("int8", "int4")
@@ -52,6 +52,12 @@ def dense_copy_fits(model: nn.Module, fraction: float = DENSE_COPY_MEMORY_FRACTI
         return False
     need = sum(getattr(o, a).weight.numel() * dtype.itemsize for o, a in model.decoder_linears())
     return need <= fraction * _available_memory_bytes()
+
+
+def int4_dense_copies_fit(model: nn.Module) -> bool:
+    """``dense_copy_fits`` for int4's dense copies, in the dtype they take here
+    (``dense_copy_dtype``: float32 on AVX2-only CPUs, else bf16)."""
+    return dense_copy_fits(model, dtype=dense_copy_dtype())
 
 
 def _available_memory_bytes() -> int:

@@ -340,25 +340,25 @@ void tile_rows(int rows, const Activations& a, int64_t m0, const int32_t* blk, f
         return tile_rows<P, R + 1>(rows, a, m0, blk, out);
     }
 }
+
+// One block of P panels: AVX2's float path takes its 2-4 rows in one tile (tile_float8_rows), every
+// other path rows <= rows_per_tile(P).
+template <int P>
+void tile_panels(int rows, const Activations& a, int64_t m0, const int32_t* blk, float* out) {
+#if TOKENMILL_INT4_AVX2
+    if (rows > 1 && a.even.empty()) return tile_float8_rows<P>(rows, a, m0, blk, out);
+#endif
+    tile_rows<P>(rows, a, m0, blk, out);
+}
 #endif
 
 void tile(int rows, int np, const Activations& a, int64_t m0, const int32_t* blk, float* out) {
-#if TOKENMILL_INT4_AVX2
-    if (rows > 1 && a.even.empty()) {
-        switch (np) {
-            case 1: return tile_float8_rows<1>(rows, a, m0, blk, out);
-            case 2: return tile_float8_rows<2>(rows, a, m0, blk, out);
-            case 3: return tile_float8_rows<3>(rows, a, m0, blk, out);
-            default: return tile_float8_rows<4>(rows, a, m0, blk, out);
-        }
-    }
-#endif
 #if defined(__AVX512F__) || TOKENMILL_INT4_AVX2
     switch (np) {
-        case 1: return tile_rows<1>(rows, a, m0, blk, out);
-        case 2: return tile_rows<2>(rows, a, m0, blk, out);
-        case 3: return tile_rows<3>(rows, a, m0, blk, out);
-        default: return tile_rows<4>(rows, a, m0, blk, out);
+        case 1: return tile_panels<1>(rows, a, m0, blk, out);
+        case 2: return tile_panels<2>(rows, a, m0, blk, out);
+        case 3: return tile_panels<3>(rows, a, m0, blk, out);
+        default: return tile_panels<4>(rows, a, m0, blk, out);
     }
 #else
     tile_portable(a, m0, blk, rows, np, out);
